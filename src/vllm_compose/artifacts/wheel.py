@@ -1,0 +1,693 @@
+"""The overlay wheel: the stock vLLM wheel with the composed Python files, built without compiling anything.
+
+`build_overlay_wheel` streams the stock wheel member by member into a new one. Unchanged members are copied as raw
+compressed bytes (no recompression, so 730 MB of `.so` files cost one read and one write), while their content is
+inflated on the side to check CRC and the `RECORD` hash: a corrupt stock wheel is refused, never passed on.
+Changed, added and deleted files come from the composed tree; `METADATA`, `RECORD`, the `.dist-info` directory name
+and `vllm/_version.py` carry the new version `X.Y.Z+<local label>`. Everything else is byte-identical.
+
+The new wheel is written to a temporary file in the output directory and renamed into place at the end, so a full
+disk or an interrupted build leaves no half-written wheel.
+
+`fetch_stock_wheel` downloads the stock wheel from a PEP 691 (JSON) or PEP 503 (HTML) index, verifying the index's
+sha256, into a cache; `verify_wheel` re-checks every `RECORD` hash of a wheel.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import csv
+import hashlib
+import html.parser
+import io
+import json
+import os
+import re
+import struct
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from ..download import Progress, download_verified, sha256_file
+from ..errors import ComposeError, SourceError
+from ..trees import FileTree
+
+#: the importable package the wheel ships; source-tree paths under it map 1:1 to wheel members
+PACKAGE_DIR = "vllm/"
+
+#: source-tree paths outside the package whose change needs a source build (compiled code or build metadata)
+SOURCE_BUILD_PREFIXES = ("csrc/", "cmake/", "rust/", "requirements/")
+SOURCE_BUILD_NAMES = frozenset(
+    {"CMakeLists.txt", "setup.py", "pyproject.toml", "setup.cfg", "Cargo.toml", "Cargo.lock", "build_rust.sh"}
+)
+SOURCE_BUILD_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".rs", ".cmake")
+
+#: the stock wheel picked from the index when several platforms are offered
+DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
+DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+
+#: bytes per read when streaming members
+CHUNK_SIZE = 1 << 20
+
+_VERSION_FILE = "vllm/_version.py"
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_LOCAL_HEADER_MAGIC = b"PK\x03\x04"
+_DATA_DESCRIPTOR_FLAG = 0x08
+_SIGNATURE_SUFFIXES = (".jws", ".p7s")
+
+
+class WheelError(ComposeError):
+    """A wheel that cannot be read, verified or written."""
+
+
+class SourceBuildRequired(ComposeError):
+    """The compose changed compiled sources or build metadata, which an overlay wheel cannot carry."""
+
+
+@dataclass
+class OverlayPlan:
+    """What the overlay does to the stock wheel's members (all keys are wheel member names)."""
+
+    replace: dict[str, bytes] = field(default_factory=dict)
+    add: dict[str, bytes] = field(default_factory=dict)
+    delete: set[str] = field(default_factory=set)
+    #: changed paths outside the package (tests, docs, examples): not part of any wheel
+    ignored: list[str] = field(default_factory=list)
+
+
+def record_hash(data: bytes) -> str:
+    """The `RECORD` form of a sha256: `sha256=` + urlsafe base64 without padding."""
+    return _record_digest(hashlib.sha256(data).digest())
+
+
+def _record_digest(digest: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def needs_source_build(path: str) -> bool:
+    """Whether a changed source-tree path is compiled code or build metadata outside the package.
+
+    Files under `vllm/` are package content even when they are C++ or CUDA: the wheel ships them verbatim (headers
+    for JIT kernels, sources torch compiles at run time), so the overlay can carry them.
+    """
+    if path.startswith(PACKAGE_DIR):
+        return False
+    pure = PurePosixPath(path)
+    return (
+        path.startswith(SOURCE_BUILD_PREFIXES)
+        or pure.name in SOURCE_BUILD_NAMES
+        or pure.suffix in SOURCE_BUILD_SUFFIXES
+    )
+
+
+def overlay_version(stock_version: str, local_label: str) -> str:
+    """`stock_version` with `local_label` appended as PEP 440 local segments, normalised (e.g. `0.26.0+compose.1`)."""
+    label = local_label.strip().lstrip("+")
+    sep = "." if "+" in stock_version else "+"
+    try:
+        version = Version(f"{stock_version}{sep}{label}")
+    except InvalidVersion as exc:
+        raise WheelError(
+            f"{local_label!r} is not a valid PEP 440 local version label",
+            hint="use letters, digits and dots only, e.g. 'compose.46994.38476'",
+        ) from exc
+    if not label:
+        raise WheelError(
+            "the local version label is empty", hint="pass a label such as 'compose.46994.38476'"
+        )
+    return str(version)
+
+
+def plan_overlay(members: Iterable[str], composed: FileTree, changed_paths: Iterable[str]) -> OverlayPlan:
+    """Map changed source-tree paths onto wheel members; refuse changes that need a source build."""
+    member_set = set(members)
+    changed = sorted(set(changed_paths))
+    compiled = [p for p in changed if needs_source_build(p)]
+    if compiled:
+        shown = ", ".join(compiled[:5]) + (f" and {len(compiled) - 5} more" if len(compiled) > 5 else "")
+        raise SourceBuildRequired(
+            f"the compose changes compiled sources or build metadata ({shown}); an overlay wheel cannot carry them",
+            file=compiled[0],
+            hint="build vLLM from source (pip install -e vllm/ without VLLM_USE_PRECOMPILED), or drop those "
+            "changes from the series",
+        )
+    plan = OverlayPlan()
+    for path in changed:
+        if not path.startswith(PACKAGE_DIR):
+            plan.ignored.append(path)
+            continue
+        data = composed.read(path)
+        if data is None:
+            if path in member_set:
+                plan.delete.add(path)
+        elif path in member_set:
+            plan.replace[path] = data
+        else:
+            plan.add[path] = data
+    return plan
+
+
+def rewrite_version_file(text: str, new_version: str) -> str:
+    """Set `__version__`/`version` and `__version_tuple__`/`version_tuple` in a setuptools-scm `_version.py`."""
+    parsed = Version(new_version)
+    parts: list[int | str] = list(parsed.release)
+    if parsed.dev is not None:
+        parts.append(f"dev{parsed.dev}")
+    if parsed.local:
+        parts.append(parsed.local)
+    text, n = re.subn(
+        r"^(__version__\s*=\s*version\s*=\s*).*$", lambda m: m.group(1) + repr(new_version), text, flags=re.M
+    )
+    if n != 1:
+        raise WheelError(
+            "vllm/_version.py has no `__version__ = version = ...` line to rewrite",
+            file=_VERSION_FILE,
+            hint="the stock wheel's version file has an unexpected layout; report this with the vLLM version",
+        )
+    text = re.sub(
+        r"^(__version_tuple__\s*=\s*version_tuple\s*=\s*).*$",
+        lambda m: m.group(1) + repr(tuple(parts)),
+        text,
+        flags=re.M,
+    )
+    return text
+
+
+def rewrite_metadata(text: str, new_version: str) -> str:
+    """Set the `Version:` header of a core-metadata file (only the header block, never the description)."""
+    head, sep, body = text.partition("\n\n")
+    head, n = re.subn(r"^Version:.*$", f"Version: {new_version}", head, count=1, flags=re.M)
+    if n != 1:
+        raise WheelError(
+            "METADATA has no Version header", hint="the stock wheel is malformed; fetch it again"
+        )
+    return head + sep + body
+
+
+def build_overlay_wheel(
+    stock_wheel: Path,
+    composed: FileTree,
+    changed_paths: Iterable[str],
+    local_label: str,
+    out_dir: Path,
+) -> Path:
+    """Write `vllm-<version>+<local_label>-<stock tags>.whl` into `out_dir` and return its path.
+
+    The members for `changed_paths` (source-tree paths; those under `vllm/` map to wheel members) come from
+    `composed`: replaced when changed, added when new, dropped when `composed` no longer has them. Raises
+    `SourceBuildRequired` for compiled sources, `WheelError` for a corrupt stock wheel or a failed write (nothing is
+    left in `out_dir` then).
+    """
+    stock_wheel = Path(stock_wheel)
+    out_dir = Path(out_dir)
+    dist, stock_version, tag_part = _split_wheel_name(stock_wheel)
+    new_version = overlay_version(stock_version, local_label)
+    out_path = out_dir / f"{dist}-{new_version}-{tag_part}.whl"
+    old_info = f"{dist}-{stock_version}.dist-info/"
+    new_info = f"{dist}-{new_version}.dist-info/"
+
+    with _open_stock(stock_wheel) as zin:
+        infos = zin.infolist()
+        names = {i.filename for i in infos}
+        plan = plan_overlay(names, composed, changed_paths)
+        if old_info + "RECORD" not in names or old_info + "METADATA" not in names:
+            raise WheelError(
+                f"{stock_wheel.name} has no {old_info}RECORD or METADATA",
+                file=str(stock_wheel),
+                hint="this is not a complete wheel; delete it from the cache and fetch it again",
+            )
+        record = _parse_record(_read_member(zin, old_info + "RECORD", stock_wheel), stock_wheel)
+
+        tmp_path, out_fh = _open_temp_output(out_dir, out_path.name)
+        try:
+            with out_fh:
+                with zipfile.ZipFile(out_fh, "w") as zout:
+                    rows = _write_members(
+                        zin, zout, infos, record, plan, stock_wheel, old_info, new_info, new_version
+                    )
+                    record_name = new_info + "RECORD"
+                    rows.append((record_name, "", ""))
+                    zout.writestr(
+                        _new_info_like(infos, old_info + "RECORD", record_name), _format_record(rows)
+                    )
+                out_fh.flush()
+                os.fsync(out_fh.fileno())
+            os.replace(tmp_path, out_path)
+        except OSError as exc:
+            raise WheelError(
+                f"writing {out_path.name} failed: {exc.strerror or exc}",
+                file=str(out_path),
+                hint="free disk space in the output directory (or choose another one) and build again; "
+                "no partial wheel was kept",
+            ) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp_path.unlink()
+    return out_path
+
+
+def _write_members(
+    zin: zipfile.ZipFile,
+    zout: zipfile.ZipFile,
+    infos: list[zipfile.ZipInfo],
+    record: dict[str, tuple[str, str]],
+    plan: OverlayPlan,
+    stock_wheel: Path,
+    old_info: str,
+    new_info: str,
+    new_version: str,
+) -> list[tuple[str, str, str]]:
+    """Stream every member into `zout` in the stock order, then the added files; return the new RECORD rows."""
+    rows: list[tuple[str, str, str]] = []
+    for info in infos:
+        name = info.filename
+        if name.endswith("/"):
+            continue
+        if name == old_info + "RECORD" or name in plan.delete:
+            continue
+        if name.startswith(old_info) and name.endswith(_SIGNATURE_SUFFIXES):
+            # a signature over the stock RECORD would be a false claim about the overlay
+            continue
+        out_name = new_info + name[len(old_info) :] if name.startswith(old_info) else name
+        if name == old_info + "METADATA":
+            text = _read_member(zin, name, stock_wheel).decode("utf-8")
+            data = rewrite_metadata(text, new_version).encode("utf-8")
+        elif name == _VERSION_FILE:
+            base = plan.replace.get(name) or _read_member(zin, name, stock_wheel)
+            data = rewrite_version_file(base.decode("utf-8"), new_version).encode("utf-8")
+        elif name in plan.replace:
+            data = plan.replace[name]
+        else:
+            expected = record.get(name)
+            if expected is None:
+                raise WheelError(
+                    f"{stock_wheel.name}: member {name} is not listed in RECORD",
+                    file=name,
+                    hint="the stock wheel is not intact; delete it from the cache and fetch it again",
+                )
+            digest, size = _copy_member_raw(zin, zout, info, out_name, stock_wheel)
+            if digest != expected[0] or (expected[1] and int(expected[1]) != size):
+                raise WheelError(
+                    f"{stock_wheel.name}: RECORD hash mismatch for {name}",
+                    file=name,
+                    hint="the stock wheel is corrupt or was modified; delete it from the cache and fetch it again",
+                )
+            rows.append((out_name, digest, str(size)))
+            continue
+        zout.writestr(_like(info, out_name), data, compress_type=zipfile.ZIP_DEFLATED)
+        rows.append((out_name, record_hash(data), str(len(data))))
+    for name in sorted(plan.add):
+        data = plan.add[name]
+        if name == _VERSION_FILE:
+            data = rewrite_version_file(data.decode("utf-8"), new_version).encode("utf-8")
+        zout.writestr(_new_member_info(name), data, compress_type=zipfile.ZIP_DEFLATED)
+        rows.append((name, record_hash(data), str(len(data))))
+    return rows
+
+
+def _copy_member_raw(
+    zin: zipfile.ZipFile, zout: zipfile.ZipFile, info: zipfile.ZipInfo, out_name: str, stock_wheel: Path
+) -> tuple[str, int]:
+    """Copy one member's compressed bytes unchanged; return (RECORD digest, size) of its inflated content.
+
+    Copying raw avoids recompressing hundreds of MB of shared objects. The content is inflated on the side only to
+    check the CRC and to hash it, so a damaged member is caught here rather than at install time.
+    """
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 0x1:
+        data = _read_member(zin, info.filename, stock_wheel)
+        zout.writestr(_like(info, out_name), data, compress_type=zipfile.ZIP_DEFLATED)
+        return record_hash(data), len(data)
+    fp = zin.fp
+    assert fp is not None
+    fp.seek(info.header_offset)
+    header = fp.read(_LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size or header[:4] != _LOCAL_HEADER_MAGIC:
+        raise _corrupt(stock_wheel, info.filename, "bad local file header")
+    fields = _LOCAL_HEADER.unpack(header)
+    fp.seek(fields[-2] + fields[-1], os.SEEK_CUR)  # file name and extra field
+
+    out_info = copy.copy(info)
+    out_info.filename = out_name
+    out_info.orig_filename = out_name
+    # sizes and CRC go into the local header, so no data descriptor follows the copied bytes
+    out_info.flag_bits &= ~_DATA_DESCRIPTOR_FLAG
+    out = zout.fp
+    assert out is not None
+    out.seek(zout.start_dir)
+    out_info.header_offset = out.tell()
+    out.write(out_info.FileHeader(zip64=False))
+
+    inflate = zlib.decompressobj(-zlib.MAX_WBITS) if info.compress_type == zipfile.ZIP_DEFLATED else None
+    digest = hashlib.sha256()
+    crc = 0
+    size = 0
+    remaining = info.compress_size
+    try:
+        while remaining > 0:
+            chunk = fp.read(min(CHUNK_SIZE, remaining))
+            if not chunk:
+                raise _corrupt(stock_wheel, info.filename, "truncated member data")
+            remaining -= len(chunk)
+            out.write(chunk)
+            plain = inflate.decompress(chunk) if inflate else chunk
+            digest.update(plain)
+            crc = zlib.crc32(plain, crc)
+            size += len(plain)
+        if inflate:
+            tail = inflate.flush()
+            digest.update(tail)
+            crc = zlib.crc32(tail, crc)
+            size += len(tail)
+    except zlib.error as exc:
+        raise _corrupt(stock_wheel, info.filename, f"bad compressed data ({exc})") from exc
+    if crc != info.CRC or size != info.file_size:
+        raise _corrupt(stock_wheel, info.filename, "CRC or size mismatch")
+    zout.filelist.append(out_info)
+    zout.NameToInfo[out_name] = out_info
+    zout.start_dir = out.tell()
+    return _record_digest(digest.digest()), size
+
+
+def verify_wheel(path: Path) -> int:
+    """Check that every member of a wheel matches its `RECORD` hash and size; return the number of members checked.
+
+    Raises `WheelError` naming the first bad member, a member missing from `RECORD`, or a `RECORD` row without a
+    member.
+    """
+    path = Path(path)
+    dist, version, _ = _split_wheel_name(path)
+    info_dir = f"{dist}-{version}.dist-info/"
+    with _open_stock(path) as zin:
+        record = _parse_record(_read_member(zin, info_dir + "RECORD", path), path)
+        members = [i for i in zin.infolist() if not i.filename.endswith("/")]
+        names = {i.filename for i in members}
+        for row_name in record:
+            if row_name not in names:
+                raise _corrupt(path, row_name, "listed in RECORD but missing from the archive")
+        checked = 0
+        for info in members:
+            name = info.filename
+            if name == info_dir + "RECORD" or (
+                name.startswith(info_dir) and name.endswith(_SIGNATURE_SUFFIXES)
+            ):
+                continue
+            if name not in record:
+                raise _corrupt(path, name, "not listed in RECORD")
+            digest = hashlib.sha256()
+            size = 0
+            try:
+                with zin.open(info) as fh:
+                    while chunk := fh.read(CHUNK_SIZE):
+                        digest.update(chunk)
+                        size += len(chunk)
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+                raise _corrupt(path, name, str(exc)) from exc
+            want_hash, want_size = record[name]
+            if _record_digest(digest.digest()) != want_hash or (want_size and int(want_size) != size):
+                raise WheelError(
+                    f"{path.name}: RECORD hash mismatch for {name}",
+                    file=name,
+                    hint="the wheel is corrupt or was modified after it was built",
+                )
+            checked += 1
+    return checked
+
+
+def fetch_stock_wheel(
+    version: str,
+    cache_dir: Path,
+    index_url: str | None = None,
+    platform: str = DEFAULT_PLATFORM,
+    progress: Progress | None = None,
+    timeout: float = 60,
+) -> Path:
+    """The stock `vllm-<version>` abi3 wheel for `platform`, from the cache or downloaded from the index.
+
+    The index (PEP 691 JSON, or PEP 503 HTML as a fallback) must publish a sha256 for the file; the download is
+    verified against it and cached as `<cache_dir>/<wheel file name>` with the digest beside it (`.sha256`), so a
+    cached wheel is re-verified without the network.
+    """
+    cache_dir = Path(cache_dir)
+    cached = _cached_wheel(cache_dir, version, platform)
+    if cached is not None:
+        return cached
+    index = (index_url or DEFAULT_INDEX_URL).rstrip("/") + "/"
+    project_url = urllib.parse.urljoin(index, "vllm/")
+    files = _index_files(project_url, timeout)
+    filename, url, sha256 = _pick_wheel(files, version, platform, project_url)
+    dest = cache_dir / filename
+    download_verified(url, dest, sha256, progress=progress, timeout=timeout)
+    try:
+        (cache_dir / (filename + ".sha256")).write_text(sha256 + "\n")
+    except OSError as exc:
+        raise SourceError(
+            f"cannot record the digest of {filename} in {cache_dir}: {exc.strerror or exc}",
+            file=str(dest),
+            hint="check that the cache directory is writable and has free space",
+        ) from exc
+    return dest
+
+
+def _cached_wheel(cache_dir: Path, version: str, platform: str) -> Path | None:
+    if not cache_dir.is_dir():
+        return None
+    for sidecar in sorted(cache_dir.glob(f"vllm-{version}-*.whl.sha256")):
+        wheel = sidecar.with_suffix("")
+        if not wheel.is_file() or not _wheel_matches(wheel.name, version, platform):
+            continue
+        expected = sidecar.read_text().strip().lower()
+        if sha256_file(wheel) == expected:
+            return wheel
+        # a cached file that no longer matches its recorded digest is worthless: fetch it again
+        wheel.unlink()
+        sidecar.unlink()
+    return None
+
+
+def _wheel_matches(filename: str, version: str, platform: str | None, arch: str | None = None) -> bool:
+    """Whether `filename` is a vllm `version` abi3 wheel for `platform` (or any manylinux platform of `arch`)."""
+    try:
+        name, wversion, _build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return False
+    if name != "vllm" or wversion != Version(version):
+        return False
+    if platform is not None:
+        return any(t.abi == "abi3" and t.platform == platform for t in tags)
+    return any(
+        t.abi == "abi3" and t.platform.startswith("manylinux") and t.platform.endswith(arch or "")
+        for t in tags
+    )
+
+
+def _pick_wheel(files: list[dict], version: str, platform: str, project_url: str) -> tuple[str, str, str]:
+    """Choose the abi3 wheel for `platform` (or, failing that, an abi3 manylinux wheel of the same architecture)."""
+    arch = "x86_64" if platform.endswith("x86_64") else platform.rsplit("_", 1)[-1]
+    candidates = [f for f in files if _wheel_matches(f["filename"], version, platform)]
+    if not candidates:
+        candidates = [f for f in files if _wheel_matches(f["filename"], version, None, arch)]
+    if not candidates:
+        raise SourceError(
+            f"no vllm {version} abi3 wheel for {platform} on the index {project_url}",
+            hint="check the version and the index URL (the stock wheel comes from PyPI or a mirror of it)",
+        )
+    chosen = sorted(candidates, key=lambda f: f["filename"])[0]
+    sha256 = (chosen.get("hashes") or {}).get("sha256")
+    if not sha256:
+        raise SourceError(
+            f"the index publishes no sha256 for {chosen['filename']}; refusing an unverifiable download",
+            hint="use an index that publishes hashes (PyPI does)",
+        )
+    return chosen["filename"], urllib.parse.urljoin(project_url, chosen["url"]), sha256
+
+
+def _index_files(project_url: str, timeout: float) -> list[dict]:
+    """The project's files as PEP 691 dicts (`filename`, `url`, `hashes`), from a JSON or an HTML index page."""
+    request = urllib.request.Request(
+        project_url,
+        headers={
+            "Accept": "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
+            "text/html;q=0.1",
+            "User-Agent": "vllm-compose",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            content_type = response.headers.get("Content-Type", "")
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise SourceError(
+            f"the index answered {exc.code} for {project_url}",
+            hint="check the index URL; the project page must exist at <index>/vllm/",
+        ) from exc
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        raise SourceError(
+            f"cannot reach the index at {project_url}: {getattr(exc, 'reason', exc)}",
+            hint="check the network or the configured index URL",
+        ) from exc
+    if "json" in content_type or body.lstrip().startswith(b"{"):
+        try:
+            return list(json.loads(body)["files"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SourceError(
+                f"the index page {project_url} is not valid PEP 691 JSON", hint="check the index URL"
+            ) from exc
+    return _SimpleHtmlLinks.parse(body.decode("utf-8", "replace"))
+
+
+class _SimpleHtmlLinks(html.parser.HTMLParser):
+    """Anchors of a PEP 503 page as PEP 691-shaped dicts (the digest is in the URL fragment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: list[dict] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    @classmethod
+    def parse(cls, text: str) -> list[dict]:
+        parser = cls()
+        parser.feed(text)
+        return parser.files
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag != "a" or self._href is None:
+            return
+        url, _, fragment = self._href.partition("#")
+        hashes = {}
+        if "=" in fragment:
+            algo, _, value = fragment.partition("=")
+            hashes[algo] = value
+        filename = "".join(self._text).strip() or url.rsplit("/", 1)[-1]
+        self.files.append({"filename": filename, "url": url, "hashes": hashes})
+        self._href = None
+
+
+def _split_wheel_name(path: Path) -> tuple[str, str, str]:
+    """(distribution, version, tag part) of a wheel file name, keeping the tag part verbatim."""
+    try:
+        parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise WheelError(
+            f"{path.name} is not a wheel file name",
+            file=str(path),
+            hint="pass the stock wheel as downloaded, e.g. vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+        ) from exc
+    dist, version, tag_part = path.name[: -len(".whl")].split("-", 2)
+    return dist, version, tag_part
+
+
+@contextlib.contextmanager
+def _open_stock(path: Path):
+    try:
+        zin = zipfile.ZipFile(path)
+    except FileNotFoundError as exc:
+        raise WheelError(
+            f"{path} does not exist", file=str(path), hint="fetch the stock wheel first"
+        ) from exc
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise WheelError(
+            f"{path.name} is not a readable wheel ({exc})",
+            file=str(path),
+            hint="the file is corrupt or truncated; delete it from the cache and fetch it again",
+        ) from exc
+    with zin:
+        yield zin
+
+
+def _read_member(zin: zipfile.ZipFile, name: str, wheel: Path) -> bytes:
+    try:
+        return zin.read(name)
+    except KeyError as exc:
+        raise _corrupt(wheel, name, "member missing") from exc
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        raise _corrupt(wheel, name, str(exc)) from exc
+
+
+def _corrupt(wheel: Path, member: str, what: str) -> WheelError:
+    return WheelError(
+        f"{wheel.name}: {member}: {what}",
+        file=member,
+        hint=f"the wheel {wheel} is corrupt or truncated; delete it and fetch it again",
+    )
+
+
+def _parse_record(data: bytes, wheel: Path) -> dict[str, tuple[str, str]]:
+    rows: dict[str, tuple[str, str]] = {}
+    try:
+        for row in csv.reader(io.StringIO(data.decode("utf-8"))):
+            if not row:
+                continue
+            name, digest, size = (row + ["", "", ""])[:3]
+            rows[name] = (digest, size)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise _corrupt(wheel, "RECORD", f"unreadable RECORD ({exc})") from exc
+    return {k: v for k, v in rows.items() if v[0]}
+
+
+def _format_record(rows: list[tuple[str, str, str]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerows(rows)
+    return buf.getvalue().encode("utf-8")
+
+
+def _like(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
+    """A fresh ZipInfo for `name` with the stock member's date and permissions."""
+    new = zipfile.ZipInfo(name, date_time=info.date_time)
+    new.external_attr = info.external_attr
+    new.create_system = info.create_system
+    new.compress_type = zipfile.ZIP_DEFLATED
+    return new
+
+
+def _new_info_like(infos: list[zipfile.ZipInfo], stock_name: str, name: str) -> zipfile.ZipInfo:
+    for info in infos:
+        if info.filename == stock_name:
+            return _like(info, name)
+    return _new_member_info(name)
+
+
+def _new_member_info(name: str) -> zipfile.ZipInfo:
+    # a fixed date keeps the overlay reproducible from the same inputs
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.external_attr = (0o100644 & 0xFFFF) << 16
+    info.create_system = 3
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def _open_temp_output(out_dir: Path, final_name: str) -> tuple[Path, BinaryIO]:
+    """A temporary file in `out_dir` (same filesystem as the final name, so the closing rename is atomic)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{final_name}.", suffix=".part", dir=out_dir)
+    except OSError as exc:
+        raise WheelError(
+            f"cannot write into {out_dir}: {exc.strerror or exc}",
+            file=str(out_dir),
+            hint="choose a writable output directory with free space",
+        ) from exc
+    os.chmod(name, 0o644)
+    return Path(name), os.fdopen(fd, "w+b")
