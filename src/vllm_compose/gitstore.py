@@ -1,0 +1,341 @@
+"""The one small layer of git plumbing the rest of the tool uses.
+
+Everything here works on object ids and refs, never on the user's index or worktree: trees are built in memory
+from a base tree plus a set of changes, commits are written without moving any ref, and refs move only through a
+compare-and-swap (`update_ref_atomically`), so an interrupted run leaves at most unreferenced objects behind.
+
+Run state lives in the repository itself, as a versioned JSON blob that `refs/vllm-compose/state` points at.
+Signature times come from `SOURCE_DATE_EPOCH` when it is set, so that builds and tests are reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import FileMode, FileStatus, ObjectType, RepositoryOpenFlag
+
+from .errors import RepositoryError
+
+#: where compose keeps its resumable run state
+STATE_REF = "refs/vllm-compose/state"
+#: bumped whenever the state's layout changes incompatibly; a reader refuses other versions
+STATE_FORMAT = 1
+ZERO_OID = "0" * 40
+
+TREE_MODE = int(FileMode.TREE)
+BLOB_MODE = int(FileMode.BLOB)
+EXEC_MODE = int(FileMode.BLOB_EXECUTABLE)
+LINK_MODE = int(FileMode.LINK)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Opening a repository
+
+
+def open_or_init_repo(path: str | os.PathLike) -> pygit2.Repository:
+    """Open the git repository at `path`, or create one there when the folder is missing or empty.
+
+    An uninitialized git submodule is an empty folder, so `vllm/` works whether or not `git submodule update
+    --init` ran. A folder that holds files but is not itself a repository is refused: it is never searched upwards
+    (that would silently pick the enclosing project repository) and never initialized over (it may be someone's work).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RepositoryError(
+            f"{str(path)!r} is a file, not a git repository",
+            file=str(path),
+            hint="pass --repo DIR naming a vLLM git checkout (or a missing/empty folder to create one)",
+        )
+    if not path.exists() or not any(path.iterdir()):
+        path.mkdir(parents=True, exist_ok=True)
+        return pygit2.init_repository(str(path), bare=False)
+    try:
+        return pygit2.Repository(str(path), flags=RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError as exc:
+        raise RepositoryError(
+            f"{str(path)!r} is not empty and is not a git repository ({exc})",
+            file=str(path),
+            hint="point --repo at a vLLM git checkout, run `git submodule update --init vllm`, "
+            "or move the folder away so the tool can create a fresh repository there",
+        ) from None
+
+
+def is_dirty(repo: pygit2.Repository, untracked: bool = False) -> bool:
+    """Whether the worktree or index differ from HEAD (untracked files count only when `untracked`)."""
+    if repo.is_bare:
+        return False
+    status = repo.status(untracked_files="normal" if untracked else "no")
+    clean = {FileStatus.CURRENT, FileStatus.IGNORED}
+    return any(flags not in clean for flags in status.values())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Objects
+
+
+def signature(name: str, email: str, when: int | None = None) -> pygit2.Signature:
+    """A signature at `when`, else at `SOURCE_DATE_EPOCH` when set, else now; always UTC for reproducibility."""
+    if when is None:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        when = int(epoch) if epoch and epoch.strip().isdigit() else int(time.time())
+    return pygit2.Signature(name, email, when, 0)
+
+
+def write_blob(repo: pygit2.Repository, data: bytes) -> pygit2.Oid:
+    """Store `data` as a blob; returns its id."""
+    return repo.create_blob(data)
+
+
+def commit_tree(
+    repo: pygit2.Repository,
+    tree_id: pygit2.Oid | str,
+    parents: list[pygit2.Oid | str],
+    message: str,
+    author: pygit2.Signature,
+    committer: pygit2.Signature | None = None,
+) -> pygit2.Oid:
+    """Write a commit object for `tree_id` without moving any ref; returns its id."""
+    return repo.create_commit(
+        None, author, committer or author, message, _oid(tree_id), [_oid(p) for p in parents]
+    )
+
+
+def _oid(value: pygit2.Oid | str) -> pygit2.Oid:
+    return value if isinstance(value, pygit2.Oid) else pygit2.Oid(hex=str(value))
+
+
+def _split(path: str) -> list[str]:
+    parts = [p for p in path.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts) or path.startswith("/"):
+        raise RepositoryError(
+            f"path {path!r} cannot be stored in a git tree", file=path, hint="use a relative path"
+        )
+    return parts
+
+
+def tree_with_changes(
+    repo: pygit2.Repository,
+    base_tree: pygit2.Tree | pygit2.Oid | str | None,
+    changes: Mapping[str, bytes | None],
+    modes: Mapping[str, int] | None = None,
+) -> pygit2.Oid:
+    """The id of `base_tree` with `changes` applied: `{path: new content, or None to delete}`.
+
+    Parent folders are created as needed and folders left empty by a deletion are pruned (git has no empty
+    folders). A changed file keeps its mode unless `modes` names one; a new file is 100644 unless `modes` says
+    otherwise. Deleting a path that does not exist is a no-op. A file where the change needs a folder (or the
+    reverse) is a `RepositoryError`: it would silently replace a whole subtree.
+    """
+    if base_tree is not None and not isinstance(base_tree, pygit2.Tree):
+        base_tree = repo[_oid(base_tree)].peel(pygit2.Tree)
+    nested: dict = {}
+    for path, data in changes.items():
+        parts = _split(path)
+        node = nested
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RepositoryError(
+                    f"{path!r} needs {part!r} to be a folder, but it is changed as a file", file=path
+                )
+            node = child
+        if isinstance(node.get(parts[-1]), dict):
+            raise RepositoryError(f"{path!r} is changed both as a file and as a folder", file=path)
+        node[parts[-1]] = (data, (modes or {}).get(path), path)
+    oid = _apply_nested(repo, base_tree, nested, "")
+    if oid is None:
+        oid = repo.TreeBuilder().write()
+    return oid
+
+
+def _apply_nested(
+    repo: pygit2.Repository, tree: pygit2.Tree | None, nested: dict, prefix: str
+) -> pygit2.Oid | None:
+    builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+    for name, change in nested.items():
+        existing = builder.get(name)
+        here = f"{prefix}{name}"
+        if isinstance(change, dict):
+            subtree = None
+            if existing is not None:
+                if existing.filemode != TREE_MODE:
+                    raise RepositoryError(
+                        f"{here!r} is a file in the base tree, but the changes put files under it",
+                        file=here,
+                        hint="delete the file in an earlier change before creating a folder of that name",
+                    )
+                subtree = repo[existing.id]
+            sub_oid = _apply_nested(repo, subtree, change, here + "/")
+            if sub_oid is None:
+                if existing is not None:
+                    builder.remove(name)
+            else:
+                builder.insert(name, sub_oid, TREE_MODE)
+            continue
+        data, mode, path = change
+        if existing is not None and existing.filemode == TREE_MODE:
+            raise RepositoryError(
+                f"{path!r} is a folder in the base tree and cannot be replaced by a file",
+                file=path,
+                hint="delete the folder's files first",
+            )
+        if data is None:
+            if existing is not None:
+                builder.remove(name)
+            continue
+        if mode is None:
+            mode = existing.filemode if existing is not None else BLOB_MODE
+        builder.insert(name, repo.create_blob(data), mode)
+    if len(builder) == 0:
+        return None
+    return builder.write()
+
+
+def tree_from_entries(repo: pygit2.Repository, entries: Mapping[str, tuple[pygit2.Oid, int]]) -> pygit2.Oid:
+    """Build a tree from `{path: (blob id, mode)}` in one bottom-up pass (used to import whole releases).
+
+    Raises `RepositoryError` when a path is both a file and a folder.
+    """
+    root: dict = {}
+    for path, value in entries.items():
+        parts = _split(path)
+        node = root
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RepositoryError(f"{path!r} lies under {part!r}, which is a file", file=path)
+            node = child
+        if isinstance(node.get(parts[-1]), dict):
+            raise RepositoryError(f"{path!r} is both a file and a folder", file=path)
+        node[parts[-1]] = value
+
+    def write(node: dict) -> pygit2.Oid:
+        builder = repo.TreeBuilder()
+        for name, value in node.items():
+            if isinstance(value, dict):
+                builder.insert(name, write(value), TREE_MODE)
+            else:
+                builder.insert(name, value[0], value[1])
+        return builder.write()
+
+    return write(root)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refs
+
+
+def _git(repo: pygit2.Repository, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    return subprocess.run(
+        ["git", f"--git-dir={repo.path}", *args], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def _check_ref_name(name: str) -> None:
+    if not name.startswith("refs/") or not pygit2.reference_is_valid_name(name):
+        raise RepositoryError(
+            f"{name!r} is not a valid full ref name", hint="use a name like refs/heads/<branch>"
+        )
+
+
+def ref_target(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:
+    """The id `name` points at (not peeled), or None when the ref does not exist."""
+    try:
+        return repo.references[name].resolve().target
+    except KeyError:
+        return None
+
+
+def update_ref_atomically(
+    repo: pygit2.Repository,
+    name: str,
+    new: pygit2.Oid | str,
+    expected_old: pygit2.Oid | str | None,
+    message: str = "vllm-compose",
+) -> None:
+    """Point ref `name` at `new`, but only if it still points at `expected_old` (None: only if it does not exist).
+
+    This is a compare-and-swap done by `git update-ref` under git's own ref lock, so a concurrent writer is
+    detected instead of overwritten. Raises `RepositoryError` naming both ids when someone moved the ref.
+    """
+    _check_ref_name(name)
+    old = ZERO_OID if expected_old is None else str(expected_old)
+    result = _git(repo, "update-ref", "-m", message, name, str(new), old)
+    if result.returncode != 0:
+        current = ref_target(repo, name)
+        raise RepositoryError(
+            f"ref {name} was not updated: expected it at {expected_old or '(absent)'}, "
+            f"found {current or '(absent)'} ({result.stderr.strip()})",
+            hint="another process moved the ref; inspect it with `git log " + name + "` and run again",
+        )
+
+
+def delete_ref(repo: pygit2.Repository, name: str, expected_old: pygit2.Oid | str | None = None) -> bool:
+    """Delete ref `name` (only if it still points at `expected_old`, when given). Returns whether it existed."""
+    _check_ref_name(name)
+    current = ref_target(repo, name)
+    if current is None:
+        return False
+    args = ["update-ref", "-d", name] + ([str(expected_old)] if expected_old is not None else [])
+    result = _git(repo, *args)
+    if result.returncode != 0:
+        raise RepositoryError(
+            f"ref {name} was not deleted: {result.stderr.strip()}",
+            hint="another process moved the ref; inspect it and run again",
+        )
+    return True
+
+
+def read_state_ref(repo: pygit2.Repository, ref: str = STATE_REF) -> dict | None:
+    """The run state stored under `ref`, or None when there is none.
+
+    Raises `RepositoryError` when the stored state has another format version or is not valid JSON.
+    """
+    oid = ref_target(repo, ref)
+    if oid is None:
+        return None
+    obj = repo[oid]
+    if obj.type != ObjectType.BLOB:
+        raise RepositoryError(
+            f"{ref} does not point at a state blob", hint=f"remove it with `git update-ref -d {ref}`"
+        )
+    try:
+        doc = json.loads(obj.data)
+    except ValueError as exc:
+        raise RepositoryError(
+            f"the state under {ref} is not valid JSON ({exc})",
+            hint=f"remove it with `git update-ref -d {ref}`",
+        ) from None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != STATE_FORMAT
+        or not isinstance(doc.get("state"), dict)
+    ):
+        found = doc.get("format") if isinstance(doc, dict) else None
+        raise RepositoryError(
+            f"the state under {ref} has format {found!r}; this version reads format {STATE_FORMAT}",
+            hint="finish or abort the run with the vllm-compose version that started it, "
+            f"or drop the state with `git update-ref -d {ref}`",
+        )
+    return doc["state"]
+
+
+def write_state_ref(
+    repo: pygit2.Repository, ref: str, state: dict, expected_old: pygit2.Oid | str | None | bool = True
+) -> pygit2.Oid:
+    """Store `state` as versioned JSON in a blob and point `ref` at it; returns the blob id.
+
+    `expected_old=True` (default) replaces whatever is there; pass an id or None for compare-and-swap.
+    """
+    doc = {"format": STATE_FORMAT, "state": state}
+    blob = repo.create_blob(json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
+    old = ref_target(repo, ref) if expected_old is True else expected_old
+    update_ref_atomically(repo, ref, blob, old, message="vllm-compose: save state")
+    return blob

@@ -1,0 +1,545 @@
+"""The Series and its Entries: load and validate `series/series.toml`, with each entry's provenance.
+
+A series is an ordered list of `[[entry]]` tables. An entry is either an upstream PR (`pr = N` plus a pinned
+`[entry.source]`: git commits and/or a patch URL with its sha256) or a local skew fix (`file = "patches/...patch"`,
+a git format-patch file whose message says why it exists). Every entry carries Yocto/DEP-3 style provenance:
+`title`, `author`, `upstream_status`, `why`, and the release `tags` it applies to (a PEP 440 specifier).
+
+Validation is strict and happens before anything is written: unknown keys, duplicate ids, a missing or
+unparsable patch, a bad specifier — each is a `SeriesError` naming the file, entry id and key, with a hint.
+
+Example::
+
+    [series]
+    name = "dsa-mtp-sm80"
+
+    [[entry]]
+    id = "pr46994"
+    pr = 46994
+    pr_url = "https://github.com/vllm-project/vllm/pull/46994"
+    title = "MTP under pipeline parallelism"
+    author = "Jane Doe <jane@example.com>"
+    upstream_status = "Accepted"
+    upstream_status_detail = "merged 2026-09-11, ships in 0.30.0"
+    tags = "<0.30.0"
+    source = { url = "https://github.com/vllm-project/vllm/pull/46994.diff", sha256 = "…", paths = ["vllm/*"] }
+
+    [[entry]]
+    id = "fix-mimo-supports-pp"
+    file = "patches/0001-mimo-mtp-supports-pp.patch"
+    upstream_status = "Inappropriate"
+    why = "0.26.0's MiMo MTP draft lacks SupportsPP"
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .errors import ComposeError, SeriesError
+from .patchfile import Patch, parse_patch
+
+SERIES_FILE = "series.toml"
+
+#: Yocto's Upstream-Status values (https://docs.yoctoproject.org/contributor-guide/recipe-style-guide.html)
+UPSTREAM_STATUSES = (
+    "Pending",
+    "Submitted",
+    "Accepted",
+    "Backport",
+    "Denied",
+    "Inappropriate",
+    "Inactive-Upstream",
+)
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_RESOLVES = re.compile(r"^(?P<entry>[^:]+):(?P<path>[^#]+)#(?P<hunk>\d+)$")
+
+_ENTRY_KEYS = {
+    "id",
+    "title",
+    "author",
+    "upstream_status",
+    "upstream_status_detail",
+    "why",
+    "tags",
+    "pr",
+    "pr_url",
+    "source",
+    "file",
+    "resolves",
+}
+_SOURCE_KEYS = {"commits", "url", "sha256", "paths", "strip"}
+_SERIES_KEYS = {"name", "description"}
+
+
+def version_of_tag(tag: str) -> Version:
+    """`v0.26.0` -> Version('0.26.0'). Raises `SeriesError` for a tag that is not `v` + a PEP 440 version."""
+    if not tag.startswith("v"):
+        raise SeriesError(
+            f"tag {tag!r} is not a release tag",
+            tag=tag,
+            hint="release tags look like v0.26.0 (a 'v' and the PyPI version)",
+        )
+    try:
+        return Version(tag[1:])
+    except InvalidVersion:
+        raise SeriesError(
+            f"tag {tag!r} does not name a release version", tag=tag, hint="release tags look like v0.26.0"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an upstream PR's content comes from, pinned by content."""
+
+    #: the PR's commits in order (40-hex ids); content = diff from the first one's parent to the last one
+    commits: tuple[str, ...] = ()
+    #: a patch URL and the sha256 of its bytes
+    url: str | None = None
+    sha256: str | None = None
+    #: fnmatch globs on the (stripped) file paths to keep; empty keeps all
+    paths: tuple[str, ...] = ()
+    #: leading path components to strip from the patch's file names (`patch -p`)
+    strip: int = 1
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """A hunk of an earlier entry that a local fix carries in its own form (`"<entry>:<path>#<hunk>"`)."""
+
+    entry: str
+    path: str
+    hunk: int
+
+    def __str__(self) -> str:
+        return f"{self.entry}:{self.path}#{self.hunk}"
+
+
+@dataclass
+class Entry:
+    """One step of the series, in order: an upstream PR or a local skew fix."""
+
+    id: str
+    kind: str  # "upstream-pr" or "local"
+    upstream_status: str
+    title: str = ""
+    author: str = ""
+    upstream_status_detail: str = ""
+    why: str = ""
+    #: PEP 440 specifier on the release version, e.g. "<0.30.0"; None applies everywhere
+    tags: str | None = None
+    pr: int | None = None
+    pr_url: str | None = None
+    source: Source | None = None
+    #: local entries: the patch file (absolute) and its parsed form
+    file: Path | None = None
+    patch: Patch | None = field(default=None, repr=False, compare=False)
+    resolves: tuple[Resolve, ...] = ()
+
+    @property
+    def specifier(self) -> SpecifierSet | None:
+        return SpecifierSet(self.tags) if self.tags else None
+
+    def applies_to(self, tag: str) -> bool:
+        """Whether this entry is meant for release `tag` (e.g. `v0.26.0`); pre-releases count as their version."""
+        spec = self.specifier
+        if spec is None:
+            return True
+        return spec.contains(version_of_tag(tag), prereleases=True)
+
+
+@dataclass
+class Series:
+    """An ordered, validated series of entries loaded from `<path>/series.toml`."""
+
+    path: Path
+    entries: list[Entry]
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def file(self) -> Path:
+        return self.path / SERIES_FILE
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name") or self.path.name
+
+    def entry(self, entry_id: str) -> Entry:
+        """The entry with id `entry_id` (KeyError when absent)."""
+        for e in self.entries:
+            if e.id == entry_id:
+                return e
+        raise KeyError(entry_id)
+
+    def pr_numbers(self) -> list[int]:
+        return [e.pr for e in self.entries if e.kind == "upstream-pr" and e.pr is not None]
+
+    def branch_name(self, tag: str) -> str:
+        """`compose-<PR numbers of the upstream PR entries, in order, joined by '-'>-<tag>`.
+
+        Every PR entry counts, also one that a given tag does not need (it ships upstream there): the name says
+        what the branch composes, and stays the same family across tags.
+        """
+        prs = "-".join(str(n) for n in self.pr_numbers())
+        return f"compose-{prs}-{tag}" if prs else f"compose-{tag}"
+
+    def entries_for(self, tag: str) -> list[Entry]:
+        """The entries whose `tags` include `tag`, in series order."""
+        return [e for e in self.entries if e.applies_to(tag)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+class _Checker:
+    """Builds `SeriesError`s that all name the same series file."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+
+    def error(self, message: str, entry: str | None = None, key: str | None = None, hint: str | None = None):
+        return SeriesError(message, file=str(self.file), entry=entry, key=key, hint=hint)
+
+
+def load_series(directory: str | Path) -> Series:
+    """Load and validate `<directory>/series.toml` (and every local patch it names).
+
+    Raises `SeriesError` for the first problem found, naming the file, entry id and key.
+    """
+    directory = Path(directory)
+    file = directory / SERIES_FILE
+    chk = _Checker(file)
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise chk.error(
+            "series file not found",
+            hint=f"create {file} with [[entry]] tables, or pass --series DIR naming a folder that has one",
+        ) from None
+    except OSError as exc:
+        raise chk.error(f"cannot read the series file: {exc}") from None
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise chk.error(f"not UTF-8 text ({exc})", hint="save the file as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise chk.error(f"not valid TOML: {exc}", hint="fix the syntax at the line named") from None
+
+    for key in doc:
+        if key not in ("series", "entry"):
+            raise chk.error(
+                f"unknown top-level key {key!r}",
+                key=key,
+                hint="the file holds an optional [series] table and [[entry]] tables",
+            )
+    meta = doc.get("series", {})
+    if not isinstance(meta, dict):
+        raise chk.error("[series] must be a table", key="series")
+    for key, value in meta.items():
+        if key not in _SERIES_KEYS:
+            raise chk.error(
+                f"unknown key {key!r} in [series]", key=key, hint=f"known keys: {sorted(_SERIES_KEYS)}"
+            )
+        if not isinstance(value, str):
+            raise chk.error(f"[series] {key} must be a string", key=key)
+
+    tables = doc.get("entry", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise chk.error("entries must be [[entry]] tables", key="entry", hint="write each entry as [[entry]]")
+    if not tables:
+        raise chk.error("the series has no entries", key="entry", hint="add at least one [[entry]] table")
+
+    entries: list[Entry] = []
+    seen: dict[str, int] = {}
+    for index, table in enumerate(tables, 1):
+        entry = _load_entry(chk, directory, table, index, [e.id for e in entries])
+        if entry.id in seen:
+            raise chk.error(
+                f"duplicate entry id (entry #{seen[entry.id]} has it too)",
+                entry=entry.id,
+                key="id",
+                hint="give every entry its own id",
+            )
+        seen[entry.id] = index
+        entries.append(entry)
+    _check_resolves(chk, entries)
+    return Series(path=directory, entries=entries, meta=dict(meta))
+
+
+def _str(
+    chk: _Checker, table: dict, key: str, eid: str, required: bool = False, hint: str | None = None
+) -> str:
+    value = table.get(key)
+    if value is None:
+        if required:
+            raise chk.error(f"missing required key {key!r}", entry=eid, key=key, hint=hint)
+        return ""
+    if not isinstance(value, str):
+        raise chk.error(f"{key} must be a string, not {type(value).__name__}", entry=eid, key=key, hint=hint)
+    if required and not value.strip():
+        raise chk.error(f"{key} must not be empty", entry=eid, key=key, hint=hint)
+    return value
+
+
+def _load_entry(chk: _Checker, directory: Path, table: dict, index: int, earlier: list[str]) -> Entry:
+    raw_id = table.get("id")
+    label = raw_id if isinstance(raw_id, str) and raw_id else f"#{index}"
+    if raw_id is None:
+        raise chk.error(
+            f"entry #{index} has no id", entry=label, key="id", hint='add id = "..." to every entry'
+        )
+    if not isinstance(raw_id, str) or not _ID.match(raw_id):
+        raise chk.error(
+            f"invalid id {raw_id!r}",
+            entry=f"#{index}",
+            key="id",
+            hint="ids are lowercase letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    eid = raw_id
+    for key in table:
+        if key not in _ENTRY_KEYS:
+            raise chk.error(
+                f"unknown key {key!r}",
+                entry=eid,
+                key=key,
+                hint=f"known keys: {', '.join(sorted(_ENTRY_KEYS))}",
+            )
+
+    has_pr, has_file = "pr" in table, "file" in table
+    if has_pr == has_file:
+        raise chk.error(
+            "an entry has either `pr` (upstream PR) or `file` (local patch)"
+            + (", not both" if has_pr else ""),
+            entry=eid,
+            key="pr" if has_pr else "file",
+            hint='an upstream PR: pr = N plus [entry.source]; a local fix: file = "patches/NNNN-name.patch"',
+        )
+
+    status = _str(
+        chk, table, "upstream_status", eid, required=True, hint=f"one of: {', '.join(UPSTREAM_STATUSES)}"
+    )
+    if status not in UPSTREAM_STATUSES:
+        raise chk.error(
+            f"upstream_status {status!r} is not a known status",
+            entry=eid,
+            key="upstream_status",
+            hint=f"one of: {', '.join(UPSTREAM_STATUSES)} (details go in upstream_status_detail)",
+        )
+    tags = table.get("tags")
+    if tags is not None:
+        if not isinstance(tags, str):
+            raise chk.error("tags must be a string", entry=eid, key="tags", hint='e.g. tags = "<0.30.0"')
+        try:
+            SpecifierSet(tags)
+        except InvalidSpecifier as exc:
+            raise chk.error(
+                f"tags {tags!r} is not a PEP 440 version specifier ({exc})",
+                entry=eid,
+                key="tags",
+                hint='write e.g. "<0.30.0" or ">=0.26.0,<0.30.0" (versions, without the tag\'s "v")',
+            ) from None
+
+    entry = Entry(
+        id=eid,
+        kind="upstream-pr" if has_pr else "local",
+        upstream_status=status,
+        title=_str(chk, table, "title", eid),
+        author=_str(chk, table, "author", eid),
+        upstream_status_detail=_str(chk, table, "upstream_status_detail", eid),
+        why=_str(chk, table, "why", eid),
+        tags=tags or None,
+    )
+    if has_pr:
+        _load_pr(chk, table, entry)
+    else:
+        _load_local(chk, directory, table, entry, earlier)
+    return entry
+
+
+def _load_pr(chk: _Checker, table: dict, entry: Entry) -> None:
+    eid = entry.id
+    pr = table["pr"]
+    if not isinstance(pr, int) or isinstance(pr, bool) or pr <= 0:
+        raise chk.error(
+            f"pr must be a positive integer, not {pr!r}", entry=eid, key="pr", hint="e.g. pr = 46994"
+        )
+    entry.pr = pr
+    entry.pr_url = _str(chk, table, "pr_url", eid) or None
+    if not entry.title:
+        raise chk.error(
+            "missing required key 'title'", entry=eid, key="title", hint="the PR's title, for reports"
+        )
+    for key in ("resolves",):
+        if key in table:
+            raise chk.error(f"{key} is only allowed on local entries", entry=eid, key=key)
+    src = table.get("source")
+    if not isinstance(src, dict):
+        raise chk.error(
+            "an upstream PR entry needs a [entry.source] table" if src is None else "source must be a table",
+            entry=eid,
+            key="source",
+            hint='pin the content: commits = ["<40-hex>", ...] and/or url = "..." with sha256 = "<64-hex>"',
+        )
+    for key in src:
+        if key not in _SOURCE_KEYS:
+            raise chk.error(
+                f"unknown key {key!r} in source",
+                entry=eid,
+                key=f"source.{key}",
+                hint=f"known keys: {sorted(_SOURCE_KEYS)}",
+            )
+    commits = src.get("commits", [])
+    if not isinstance(commits, list) or not all(isinstance(c, str) and _SHA1.match(c) for c in commits):
+        raise chk.error(
+            "source.commits must be a list of full 40-hex commit ids",
+            entry=eid,
+            key="source.commits",
+            hint="use full ids (git rev-parse <commit>), lowercase",
+        )
+    url, sha256 = src.get("url"), src.get("sha256")
+    if url is not None and (not isinstance(url, str) or not url.strip()):
+        raise chk.error("source.url must be a non-empty string", entry=eid, key="source.url")
+    if (url is None) != (sha256 is None):
+        raise chk.error(
+            "source.url and source.sha256 go together",
+            entry=eid,
+            key="source.sha256" if url else "source.url",
+            hint="pin a URL's content with its sha256 (sha256sum FILE)",
+        )
+    if sha256 is not None and (not isinstance(sha256, str) or not _SHA256.match(sha256)):
+        raise chk.error(
+            f"source.sha256 {sha256!r} is not 64 lowercase hex digits",
+            entry=eid,
+            key="source.sha256",
+            hint="the output of sha256sum FILE",
+        )
+    if not commits and url is None:
+        raise chk.error(
+            "source pins no content",
+            entry=eid,
+            key="source",
+            hint='give commits = ["<40-hex>", ...] and/or url = "..." with sha256 = "<64-hex>"',
+        )
+    paths = src.get("paths", [])
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        raise chk.error(
+            "source.paths must be a list of glob strings",
+            entry=eid,
+            key="source.paths",
+            hint='e.g. ["vllm/*"]',
+        )
+    strip = src.get("strip", 1)
+    if not isinstance(strip, int) or isinstance(strip, bool) or strip < 0:
+        raise chk.error("source.strip must be a non-negative integer", entry=eid, key="source.strip")
+    entry.source = Source(commits=tuple(commits), url=url, sha256=sha256, paths=tuple(paths), strip=strip)
+
+
+def _load_local(chk: _Checker, directory: Path, table: dict, entry: Entry, earlier: list[str]) -> None:
+    eid = entry.id
+    for key in ("source", "pr_url"):
+        if key in table:
+            raise chk.error(f"{key} is only allowed on upstream PR entries", entry=eid, key=key)
+    rel = table["file"]
+    if not isinstance(rel, str) or not rel:
+        raise chk.error(
+            "file must be a path string", entry=eid, key="file", hint='e.g. file = "patches/0001-x.patch"'
+        )
+    rel_path = Path(rel)
+    if rel_path.is_absolute() or ".." in rel_path.parts:
+        raise chk.error(
+            f"file {rel!r} must stay inside the series folder",
+            entry=eid,
+            key="file",
+            hint="give the path relative to the series folder, e.g. patches/0001-x.patch",
+        )
+    path = directory / rel_path
+    if not path.is_file():
+        raise chk.error(
+            f"patch file {rel!r} does not exist ({path})",
+            entry=eid,
+            key="file",
+            hint="check the file name, or create the patch with `git format-patch`",
+        )
+    try:
+        patch = parse_patch(path.read_bytes(), name=rel)
+    except ComposeError as exc:
+        raise chk.error(
+            f"patch file {rel!r} does not parse: {exc.message}",
+            entry=eid,
+            key="file",
+            hint=exc.hint or "regenerate it with `git format-patch`",
+        ) from None
+    message = (patch.header.subject + patch.header.body).strip()
+    if not message:
+        raise chk.error(
+            f"patch file {rel!r} has no message saying why it exists",
+            entry=eid,
+            key="file",
+            hint="write it with `git format-patch` from a commit whose message explains the fix",
+        )
+    entry.file = path
+    entry.patch = patch
+    entry.title = entry.title or patch.header.subject
+    entry.author = entry.author or patch.header.author
+    if not entry.why.strip():
+        raise chk.error(
+            "a local entry must say why it exists",
+            entry=eid,
+            key="why",
+            hint='add why = "..." (what upstream skew or bug this fixes)',
+        )
+    resolves = table.get("resolves", [])
+    if not isinstance(resolves, list) or not all(isinstance(r, str) for r in resolves):
+        raise chk.error(
+            "resolves must be a list of strings",
+            entry=eid,
+            key="resolves",
+            hint='e.g. ["pr38476:vllm/x.py#3"]',
+        )
+    parsed = []
+    for item in resolves:
+        m = _RESOLVES.match(item)
+        if not m or int(m.group("hunk")) < 1:
+            raise chk.error(
+                f"resolves item {item!r} is not '<entry-id>:<path>#<hunk>'",
+                entry=eid,
+                key="resolves",
+                hint="e.g. pr38476:vllm/platforms/cuda.py#1 (hunks numbered from 1 within the file, as GNU patch does)",
+            )
+        if m.group("entry") not in earlier:
+            raise chk.error(
+                f"resolves item {item!r} names {m.group('entry')!r}, which is not an earlier entry",
+                entry=eid,
+                key="resolves",
+                hint="a fix can only carry hunks of entries listed before it",
+            )
+        parsed.append(Resolve(m.group("entry"), m.group("path"), int(m.group("hunk"))))
+    entry.resolves = tuple(parsed)
+
+
+def _check_resolves(chk: _Checker, entries: list[Entry]) -> None:
+    """A `resolves` item that names a local entry's hunk must name one that exists (PR content is checked later)."""
+    by_id = {e.id: e for e in entries}
+    for entry in entries:
+        for r in entry.resolves:
+            target = by_id[r.entry]
+            if target.patch is None:
+                continue
+            counts = {f.path: len(f.hunks) for f in target.patch.files}
+            if r.path not in counts or r.hunk > counts[r.path]:
+                raise chk.error(
+                    f"resolves item '{r}' names a hunk that {r.entry!r}'s patch does not have",
+                    entry=entry.id,
+                    key="resolves",
+                    hint=f"{r.entry}'s patch has hunks: "
+                    + ", ".join(f"{p}#1..{n}" for p, n in counts.items()),
+                )
