@@ -61,6 +61,9 @@ GIT_FETCH_TIMEOUT = 60
 MAX_UNPACKED_BYTES = 4 << 30
 _CHUNK = 1 << 16
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
 _NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, OSError)
 
 
@@ -137,6 +140,8 @@ class Cache:
         return fd, Path(name)
 
     def _commit(self, fd: int, tmp: Path, sha256: str) -> Path:
+        # mkstemp creates 0600; a cache shared by a team (or CI and a person) wants the umask's usual 0644
+        os.fchmod(fd, 0o666 & ~_UMASK)
         os.fsync(fd)
         os.close(fd)
         final = self.blob_path(sha256)

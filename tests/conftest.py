@@ -1,0 +1,164 @@
+"""Shared fixtures: every test runs hermetic.
+
+* git: a blank global and system configuration (for the `git` command and for libgit2), a fixed author and
+  committer, pinned dates and `SOURCE_DATE_EPOCH`, so commit ids are the same on every machine;
+* cache: `VLLM_COMPOSE_CACHE` points at a fresh folder per test;
+* network: opening a socket (other than a Unix socket) fails, as if the machine were offline, unless the test is
+  marked `network` or `sdist` (the real PyPI sdist, downloaded once into the user's real cache);
+* `fake_http`: a stand-in for `sources._http_get` serving canned answers, for index and download tests.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+from pathlib import Path
+
+import pygit2
+import pytest
+from pygit2.enums import ConfigLevel
+
+from vllm_compose import sources
+
+#: the cache a real user (or CI) has, captured before any fixture redirects it; the `sdist` tests reuse it
+REAL_CACHE_ROOT = sources.default_cache_root()
+
+PINNED_EPOCH = 1700000000  # 2023-11-14T22:13:20Z
+GIT_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_SYSTEM": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.invalid",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.invalid",
+    "GIT_AUTHOR_DATE": f"@{PINNED_EPOCH} +0000",
+    "GIT_COMMITTER_DATE": f"@{PINNED_EPOCH} +0000",
+    "GIT_TERMINAL_PROMPT": "0",
+    "SOURCE_DATE_EPOCH": str(PINNED_EPOCH),
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "network: the test may open network connections")
+
+
+class NetworkBlocked(OSError):
+    """Raised by the socket guard: hermetic tests must not reach the network."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _blank_libgit2_config(tmp_path_factory):
+    """libgit2 reads the user's ~/.gitconfig from search paths fixed per process; point them at an empty folder."""
+    empty = tmp_path_factory.mktemp("empty-git-config")
+    levels = (ConfigLevel.GLOBAL, ConfigLevel.XDG, ConfigLevel.SYSTEM, ConfigLevel.PROGRAMDATA)
+    saved = {level: pygit2.settings.search_path[level] for level in levels}
+    for level in levels:
+        pygit2.settings.search_path[level] = str(empty)
+    yield
+    for level, value in saved.items():
+        pygit2.settings.search_path[level] = value
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_env(monkeypatch, tmp_path_factory):
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "PIP_INDEX_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(autouse=True)
+def _no_network(request, monkeypatch):
+    if request.node.get_closest_marker("network") or request.node.get_closest_marker("sdist"):
+        return
+    real_connect = socket.socket.connect
+
+    def guarded_connect(self, address):
+        if self.family == getattr(socket, "AF_UNIX", None):
+            return real_connect(self, address)
+        raise NetworkBlocked(f"network access blocked in tests (connect to {address!r})")
+
+    def guarded_getaddrinfo(host, *args, **kwargs):
+        raise NetworkBlocked(f"network access blocked in tests (resolve {host!r})")
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+
+
+@pytest.fixture
+def git_env() -> dict[str, str]:
+    """The environment for `subprocess.run(["git", ...], env=git_env)` in tests."""
+    return dict(os.environ)
+
+
+@pytest.fixture
+def cache(tmp_path) -> sources.Cache:
+    """An empty content-addressed cache in the test's tmp folder."""
+    return sources.Cache(tmp_path / "cache")
+
+
+@pytest.fixture
+def real_cache() -> sources.Cache:
+    """The user's real cache (for `sdist` tests: a download made once is reused by later runs)."""
+    return sources.Cache(REAL_CACHE_ROOT)
+
+
+class _FakeResponse(io.BytesIO):
+    def __init__(self, url: str, body: bytes, headers: dict[str, str], fail_after: int | None) -> None:
+        super().__init__(body)
+        self.url = url
+        self.headers = headers
+        self.fail_after = fail_after
+
+    def read(self, n: int = -1) -> bytes:
+        if self.fail_after is not None and self.tell() >= self.fail_after:
+            raise ConnectionResetError("connection reset by peer (simulated)")
+        if self.fail_after is not None and n != -1:
+            n = min(n, self.fail_after - self.tell()) or n
+        return super().read(n)
+
+    def geturl(self) -> str:
+        return self.url
+
+
+class FakeHTTP:
+    """Canned answers for `sources._http_get`: `serve(url, body, content_type)`, `fail(url, after=N)`.
+
+    Unknown URLs raise `urllib.error.URLError`, as an unreachable host does. `requests` lists what was asked.
+    """
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[bytes, dict[str, str], int | None]] = {}
+        self.requests: list[str] = []
+
+    def serve(self, url: str, body: bytes, content_type: str = "application/octet-stream", fail_after=None):
+        headers = {"Content-Type": content_type, "Content-Length": str(len(body))}
+        self.routes[url] = (body, headers, fail_after)
+
+    def __call__(self, url, headers=None, timeout=None):
+        import urllib.error
+
+        self.requests.append(url)
+        if url not in self.routes:
+            raise urllib.error.URLError(NetworkBlocked(f"no route to {url} (fake network)"))
+        body, hdrs, fail_after = self.routes[url]
+        return _FakeResponse(url, body, hdrs, fail_after)
+
+
+@pytest.fixture
+def fake_http(monkeypatch) -> FakeHTTP:
+    """Replace the network with canned answers (see `FakeHTTP`)."""
+    fake = FakeHTTP()
+    monkeypatch.setattr(sources, "_http_get", fake)
+    return fake
+
+
+@pytest.fixture
+def series_dir(tmp_path) -> Path:
+    """An empty folder for a test series (with its `patches/` subfolder)."""
+    d = tmp_path / "series"
+    (d / "patches").mkdir(parents=True)
+    return d
