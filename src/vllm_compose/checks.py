@@ -1,0 +1,449 @@
+"""Checks on a composed tree: compile, new undefined names, import smoke.
+
+Each check looks only at the files an entry changed and compares against the tree before it (`stock`), so a finding
+is attributed to the entry that introduced it:
+
+1. `compile` — every changed `.py` file compiles (a SyntaxError is reported with file and line).
+2. `undefined-names` — pyflakes on the stock and the composed file; names undefined in the composed file that were
+   not undefined in stock are errors. Messages are compared as a multiset of (kind, name), so a line that merely
+   moved is not new. This is the check that catches a hunk calling a helper no patch defines, which compiling and
+   importing both pass. New redefinitions (F811), unused imports and star-import uses are warnings.
+3. `import-smoke` — import every changed module in a subprocess with the composed tree first on `sys.path`, where
+   the vLLM runtime (torch) is importable; elsewhere the check is "skipped" with the reason, never "pass".
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from pyflakes import checker as pyflakes_checker
+from pyflakes import messages as pyflakes_messages
+
+from .patchfile import decode_text
+from .trees import DirTree, FileTree
+
+PASS, FAIL, WARN, SKIPPED = "pass", "fail", "warn", "skipped"
+
+#: pyflakes messages that mean "this name does not exist here": a new one is an error
+UNDEFINED_KINDS = (
+    pyflakes_messages.UndefinedName,
+    pyflakes_messages.UndefinedExport,
+    pyflakes_messages.UndefinedLocal,
+)
+#: pyflakes messages worth a warning when an entry introduces them
+WARNING_KINDS = (
+    pyflakes_messages.RedefinedWhileUnused,
+    pyflakes_messages.UnusedImport,
+    pyflakes_messages.ImportStarUsage,
+)
+
+#: the module the runtime probe imports; vLLM cannot import a single module without it
+RUNTIME_PROBE_MODULE = "torch"
+#: seconds allowed for the whole import smoke (vLLM imports are slow: CUDA init, Triton)
+DEFAULT_SMOKE_TIMEOUT = 600
+
+
+@dataclass
+class Finding:
+    """One problem found by a check, tied to a file, a line and the entry that introduced it."""
+
+    check: str
+    severity: str  # "error" or "warning"
+    file: str
+    line: int | None
+    message: str
+    name: str | None = None
+    entry: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "check": self.check,
+            "severity": self.severity,
+            "file": self.file,
+            "line": self.line,
+            "name": self.name,
+            "message": self.message,
+            "entry": self.entry,
+        }
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        by = f" (entry {self.entry})" if self.entry else ""
+        return f"{where}: {self.severity}: {self.message}{by}"
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check: status in {pass, fail, warn, skipped}, its findings, and why it was skipped."""
+
+    name: str
+    status: str
+    findings: list[Finding] = field(default_factory=list)
+    reason: str | None = None
+    files: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "files": self.files,
+            "seconds": round(self.seconds, 3),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+@dataclass
+class CheckReport:
+    """All checks run for one entry (or for a whole compose when `entry` is None)."""
+
+    entry: str | None
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No check failed. Warnings and skipped checks do not make a report fail; the report shows them."""
+        return all(r.status != FAIL for r in self.results)
+
+    def result(self, name: str) -> CheckResult:
+        """The result of the check called `name`."""
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for r in self.results for f in r.findings]
+
+    def to_json(self) -> dict:
+        return {"entry": self.entry, "ok": self.ok, "checks": [r.to_json() for r in self.results]}
+
+
+def run_checks(
+    stock: FileTree,
+    composed: FileTree,
+    changed_paths: Iterable[str],
+    entry_id: str | None = None,
+    import_smoke: bool = True,
+    python: str | None = None,
+    smoke_timeout: float = DEFAULT_SMOKE_TIMEOUT,
+) -> CheckReport:
+    """Run the checks on the changed files of `composed`, comparing with `stock` (the tree before the entry).
+
+    `python` is the interpreter for the import smoke (default: this one); it must have torch, and for modules that
+    load compiled kernels, an installed vLLM of the same version.
+    """
+    py_paths = sorted({p for p in changed_paths if p.endswith(".py")})
+    report = CheckReport(entry=entry_id)
+    report.results.append(check_compile(composed, py_paths, entry_id))
+    report.results.append(check_undefined_names(stock, composed, py_paths, entry_id))
+    if import_smoke:
+        report.results.append(check_import_smoke(composed, py_paths, entry_id, python, smoke_timeout))
+    else:
+        report.results.append(
+            CheckResult("import-smoke", SKIPPED, reason="import smoke disabled by the caller")
+        )
+    return report
+
+
+def check_compile(composed: FileTree, py_paths: list[str], entry_id: str | None = None) -> CheckResult:
+    """Compile each changed Python file that exists in `composed`."""
+    started = time.perf_counter()
+    result = CheckResult("compile", PASS)
+    for path in py_paths:
+        source = composed.read(path)
+        if source is None:
+            continue
+        result.files += 1
+        error = _compile_error(source, path)
+        if error is not None:
+            line, message = error
+            result.findings.append(Finding("compile", "error", path, line, message, entry=entry_id))
+    result.status = FAIL if result.findings else PASS
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _compile_error(source: bytes, path: str) -> tuple[int | None, str] | None:
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return exc.lineno, f"{type(exc).__name__}: {exc.msg}"
+    except ValueError as exc:  # e.g. a null byte in the source
+        return None, f"cannot compile: {exc}"
+    return None
+
+
+def check_undefined_names(
+    stock: FileTree, composed: FileTree, py_paths: list[str], entry_id: str | None = None
+) -> CheckResult:
+    """Report names pyflakes finds undefined in the composed file but not in the stock file, and new warnings."""
+    started = time.perf_counter()
+    result = CheckResult("undefined-names", PASS)
+    for path in py_paths:
+        new_source = composed.read(path)
+        if new_source is None:
+            continue
+        new_messages = pyflakes_messages_for(new_source, path)
+        if new_messages is None:
+            continue  # the compile check reports the syntax error
+        result.files += 1
+        old_source = stock.read(path)
+        old_messages = pyflakes_messages_for(old_source, path) if old_source is not None else []
+        for message, severity in _new_messages(old_messages or [], new_messages, old_source, new_source):
+            name = message.message_args[0] if message.message_args else None
+            result.findings.append(
+                Finding(
+                    "undefined-names",
+                    severity,
+                    path,
+                    message.lineno,
+                    f"{type(message).__name__}: {message.message % message.message_args}",
+                    name=str(name) if name is not None else None,
+                    entry=entry_id,
+                )
+            )
+    if any(f.severity == "error" for f in result.findings):
+        result.status = FAIL
+    elif result.findings:
+        result.status = WARN
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def pyflakes_messages_for(source: bytes, path: str) -> list | None:
+    """pyflakes messages for a file, or None when it does not parse."""
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError):
+        return None
+    is_init = PurePosixPath(path).name == "__init__.py"
+    w = pyflakes_checker.Checker(tree, filename=path, withDoctest=False)
+    messages = list(w.messages)
+    if is_init:
+        # re-exports from a package's __init__ are its interface, not unused imports
+        messages = [m for m in messages if not isinstance(m, pyflakes_messages.UnusedImport)]
+    return messages
+
+
+def _message_key(message) -> tuple[str, str]:
+    # the name only: the rest of the args (line of the first definition) moves with unrelated edits
+    arg = message.message_args[0] if message.message_args else ""
+    return type(message).__name__, str(arg)
+
+
+def _new_messages(
+    old: list, new: list, old_source: bytes | None, new_source: bytes
+) -> list[tuple[object, str]]:
+    """Messages in `new` beyond the count of the same (kind, name) in `old`, with their severity.
+
+    When a (kind, name) occurs more often than before, the surplus is taken from the occurrences on lines the entry
+    changed first, since those are the ones it most plausibly introduced.
+    """
+    relevant = [m for m in new if isinstance(m, UNDEFINED_KINDS + WARNING_KINDS)]
+    old_counts = Counter(_message_key(m) for m in old if isinstance(m, UNDEFINED_KINDS + WARNING_KINDS))
+    by_key: dict[tuple[str, str], list] = {}
+    for m in relevant:
+        by_key.setdefault(_message_key(m), []).append(m)
+    changed_lines: set[int] | None = None
+    picked = []
+    for key, messages in by_key.items():
+        surplus = len(messages) - old_counts.get(key, 0)
+        if surplus <= 0:
+            continue
+        if surplus < len(messages):
+            if changed_lines is None:
+                changed_lines = _changed_lines(old_source or b"", new_source)
+            messages = sorted(messages, key=lambda m: (m.lineno not in changed_lines, m.lineno))
+        for m in messages[:surplus]:
+            picked.append((m, "error" if isinstance(m, UNDEFINED_KINDS) else "warning"))
+    picked.sort(key=lambda mp: (mp[0].lineno, mp[0].col))
+    return picked
+
+
+def _changed_lines(old: bytes, new: bytes) -> set[int]:
+    """1-based line numbers of `new` that are inserted or replaced relative to `old`."""
+    a = decode_text(old).splitlines()
+    b = decode_text(new).splitlines()
+    lines: set[int] = set()
+    for tag, _i1, _i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            lines.update(range(j1 + 1, j2 + 1))
+    return lines
+
+
+def module_name(path: str) -> str | None:
+    """The importable module for a source-tree path (`vllm/a/b.py` -> `vllm.a.b`, `vllm/a/__init__.py` -> `vllm.a`)."""
+    pure = PurePosixPath(path)
+    if pure.suffix != ".py":
+        return None
+    parts = list(pure.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def probe_runtime(python: str | None = None, timeout: float = 120) -> str | None:
+    """None when `python` can import the vLLM runtime (torch); otherwise the reason it cannot."""
+    python = python or sys.executable
+    try:
+        proc = subprocess.run(
+            [python, "-c", f"import {RUNTIME_PROBE_MODULE}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except FileNotFoundError:
+        return f"interpreter {python} not found"
+    except subprocess.TimeoutExpired:
+        return f"importing {RUNTIME_PROBE_MODULE} with {python} took longer than {timeout:.0f} s"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"the vLLM runtime is not importable with {python} ({RUNTIME_PROBE_MODULE}: {last})"
+    return None
+
+
+#: the program run in the smoke subprocess: imports each module, prints one JSON line of outcomes
+_SMOKE_PROGRAM = """
+import importlib, json, sys, traceback
+results = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        results[name] = None
+    except BaseException as exc:
+        tb = traceback.extract_tb(exc.__traceback__)
+        results[name] = {"error": f"{type(exc).__name__}: {exc}", "where": [[f.filename, f.lineno] for f in tb[-1:]]}
+print("SMOKE-RESULT " + json.dumps(results))
+"""
+
+
+def check_import_smoke(
+    composed: FileTree,
+    py_paths: list[str],
+    entry_id: str | None = None,
+    python: str | None = None,
+    timeout: float = DEFAULT_SMOKE_TIMEOUT,
+) -> CheckResult:
+    """Import each changed module in one subprocess with the composed tree first on `sys.path`."""
+    started = time.perf_counter()
+    modules = {}
+    for path in py_paths:
+        name = module_name(path)
+        if name and composed.read(path) is not None:
+            modules[name] = path
+    if not modules:
+        return CheckResult("import-smoke", SKIPPED, reason="no changed importable modules")
+    reason = probe_runtime(python)
+    if reason is not None:
+        return CheckResult("import-smoke", SKIPPED, reason=reason, seconds=time.perf_counter() - started)
+    result = CheckResult("import-smoke", PASS, files=len(modules))
+    with _materialized(composed) as root:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        try:
+            proc = subprocess.run(
+                [python or sys.executable, "-c", _SMOKE_PROGRAM, *modules],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=root,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            result.status = FAIL
+            result.findings.append(
+                Finding(
+                    "import-smoke",
+                    "error",
+                    "",
+                    None,
+                    f"importing the changed modules took over {timeout:.0f} s",
+                    entry=entry_id,
+                )
+            )
+            result.seconds = time.perf_counter() - started
+            return result
+    outcome = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("SMOKE-RESULT "):
+            outcome = json.loads(line[len("SMOKE-RESULT ") :])
+    if outcome is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        result.findings.append(
+            Finding(
+                "import-smoke",
+                "error",
+                "",
+                None,
+                f"the import subprocess died (exit {proc.returncode}): {tail}",
+                entry=entry_id,
+            )
+        )
+    else:
+        for name, failure in outcome.items():
+            if failure is None:
+                continue
+            path = modules[name]
+            line = None
+            for filename, lineno in failure.get("where", []):
+                if filename.replace(os.sep, "/").endswith(path):
+                    line = lineno
+            result.findings.append(
+                Finding(
+                    "import-smoke",
+                    "error",
+                    path,
+                    line,
+                    f"import {name} failed: {failure['error']}",
+                    name=name,
+                    entry=entry_id,
+                )
+            )
+    result.status = FAIL if result.findings else PASS
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+class _materialized:
+    """A directory holding `tree`: its own root for a `DirTree`, else a temporary copy of its Python files."""
+
+    def __init__(self, tree: FileTree) -> None:
+        self.tree = tree
+        self._tmp: tempfile.TemporaryDirectory | None = None
+
+    def __enter__(self) -> Path:
+        if isinstance(self.tree, DirTree):
+            return self.tree.root
+        self._tmp = tempfile.TemporaryDirectory(prefix="vllm-compose-smoke-")
+        root = Path(self._tmp.name)
+        for path in self.tree.paths():
+            if not path.startswith("vllm/"):
+                continue
+            data = self.tree.read(path)
+            if data is None:
+                continue
+            dest = root / path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        return root
+
+    def __exit__(self, *exc) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()

@@ -1,0 +1,2 @@
+def gone():
+    return undefined_in_stock

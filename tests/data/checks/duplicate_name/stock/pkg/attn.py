@@ -1,0 +1,6 @@
+def first(x):
+    return late_bound(x)
+
+
+def second(x):
+    return x

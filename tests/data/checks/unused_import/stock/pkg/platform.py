@@ -1,0 +1,5 @@
+import os
+
+
+def backend():
+    return os.environ.get("BACKEND", "FLASH")
