@@ -1,0 +1,657 @@
+"""Audit an application of patches: where did each hunk land, and is that where it belongs?
+
+`audit(stock, patched, patches)` works on trees patched by anything (GNU patch, quilt, git, this project): it never
+looks at how the application was made, only at its result.
+
+For every file a patch touches, the stock and patched texts are aligned line by line. Each hunk's change groups
+(a run of removed and/or added lines between context) are then looked up in that alignment: added lines must show up
+as lines new in the patched file, removed lines as stock lines gone from it. Where the group sits, in stock line
+numbers, is the hunk's *landing*.
+
+Independently, the placement engine says where the hunk *belongs*: `place_file` on the stock file (for a sequence of
+patches: on the stock file with the earlier patches' placements applied). That expected application is aligned with
+stock the same way, so both sites are measured by one ruler. An inserted block whose first line repeats the line
+before it can be aligned in several equivalent ways (a diff "slider"); both sides are normalised by sliding every
+inserted block as far up as it goes before taking its stock position.
+
+Verdicts: `exact`, `offset`, `fuzzy` (landed at the engine's site, which it found with offset/relocation/merge),
+`already-applied` (stock already had it), and the bad ones: `misplaced` (landed elsewhere, or the engine finds no
+acceptable site at all), `failed` (not present in the patched file), `ambiguous` (the engine finds no unique site).
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+from .patchfile import FilePatch, Hunk, Patch, decode_text, split_lines
+from .placement import Placement, Verdict, place_file, place_hunk
+from .scope import Scope, scope_at
+from .trees import FileTree
+
+
+class AuditVerdict(str, enum.Enum):
+    """What the audit found for one hunk."""
+
+    EXACT = "exact"  # landed where the engine puts it; pre-image verbatim at the header's line
+    OFFSET = "offset"  # landed where the engine puts it; pre-image verbatim at another line
+    FUZZY = "fuzzy"  # landed at the engine's unique best site though the context differed
+    ALREADY_APPLIED = "already-applied"  # stock (or the earlier patches) already contained the change
+    MISPLACED = "misplaced"  # landed elsewhere than the engine's site, or where the engine finds no site
+    FAILED = "failed"  # the change is not present in the patched file
+    AMBIGUOUS = "ambiguous"  # the engine finds no unique right site
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: verdicts that make an audit fail
+BAD_VERDICTS = frozenset({AuditVerdict.MISPLACED, AuditVerdict.FAILED, AuditVerdict.AMBIGUOUS})
+
+#: lines of stock shown around each site in `render_text`
+EXCERPT_RADIUS = 3
+
+
+@dataclass
+class AuditHunk:
+    """The audit's finding for one hunk. Line numbers are 1-based stock line numbers of the hunk's first change:
+    the first removed line, or, for a pure insertion, the stock line the added lines were inserted before."""
+
+    patch: str
+    file: str
+    hunk: int
+    verdict: AuditVerdict
+    landed_at: int | None
+    expected_at: int | None
+    reason: str
+    landed_scope: Scope | None = None
+    expected_scope: Scope | None = None
+    #: stock excerpts (line number, text) around each site, for the side-by-side view; filled for bad hunks only
+    landed_excerpt: list[tuple[int, str]] = field(default_factory=list, repr=False)
+    expected_excerpt: list[tuple[int, str]] = field(default_factory=list, repr=False)
+    #: the hunk's first changed line, shown at both sites
+    change_line: str = field(default="", repr=False)
+
+    @property
+    def bad(self) -> bool:
+        return self.verdict in BAD_VERDICTS
+
+    def to_json(self) -> dict:
+        return {
+            "patch": self.patch,
+            "file": self.file,
+            "hunk": self.hunk,
+            "verdict": self.verdict.value,
+            "landed_at": self.landed_at,
+            "expected_at": self.expected_at,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class AuditReport:
+    """Every hunk's finding, in patch order, and the count per verdict."""
+
+    hunks: list[AuditHunk]
+    summary: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        """True when no hunk is misplaced, failed or ambiguous."""
+        return not any(h.bad for h in self.hunks)
+
+    @property
+    def bad_hunks(self) -> list[AuditHunk]:
+        return [h for h in self.hunks if h.bad]
+
+    def to_json(self) -> dict:
+        return {"hunks": [h.to_json() for h in self.hunks], "summary": {**self.summary, "ok": self.ok}}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Line alignment
+
+
+def _is_significant(line: str) -> bool:
+    """A line specific enough to identify a change: blank lines and lone brackets occur everywhere."""
+    return sum(c.isalnum() for c in line) >= 3
+
+
+class _Alignment:
+    """A line alignment of `old` -> `new`: which new lines are old lines (and which), which old lines survive."""
+
+    def __init__(self, old: Sequence[str], new: Sequence[str]) -> None:
+        self.old = old
+        self.new = new
+        self.origin: list[int | None] = [None] * len(new)
+        self.kept = [False] * len(old)
+        for i, j, n in _matching_blocks(old, new):
+            for t in range(n):
+                self.origin[j + t] = i + t
+                self.kept[i + t] = True
+        # gap[j]: the old index the position just before new[j] corresponds to (1 + last surviving old line before j)
+        self.gap = [0] * (len(new) + 1)
+        last = 0
+        for j, o in enumerate(self.origin):
+            self.gap[j] = last
+            if o is not None:
+                last = o + 1
+        self.gap[len(new)] = last
+        self.kept_prefix = [0] * (len(old) + 1)
+        for i, k in enumerate(self.kept):
+            self.kept_prefix[i + 1] = self.kept_prefix[i] + k
+        self._new_index: dict[str, list[int]] | None = None
+        self._old_index: dict[str, list[int]] | None = None
+
+    def new_positions(self, line: str) -> list[int]:
+        if self._new_index is None:
+            self._new_index = _index(self.new)
+        return self._new_index.get(line, [])
+
+    def old_positions(self, line: str) -> list[int]:
+        if self._old_index is None:
+            self._old_index = _index(self.old)
+        return self._old_index.get(line, [])
+
+    def old_site_of_new(self, j: int) -> int:
+        """Old index for new position j: the line itself when it survived from old, else the gap it sits in."""
+        o = self.origin[j] if j < len(self.new) else None
+        return o if o is not None else self.gap[j]
+
+
+def _index(lines: Sequence[str]) -> dict[str, list[int]]:
+    idx: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        idx.setdefault(line, []).append(i)
+    return idx
+
+
+def _matching_blocks(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int, int]]:
+    """difflib's matching blocks, after trimming the common prefix and suffix (keeps large files cheap)."""
+    n = min(len(a), len(b))
+    pre = 0
+    while pre < n and a[pre] == b[pre]:
+        pre += 1
+    suf = 0
+    while suf < n - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
+        suf += 1
+    blocks = [(0, 0, pre)] if pre else []
+    sm = difflib.SequenceMatcher(None, a[pre : len(a) - suf], b[pre : len(b) - suf], autojunk=False)
+    blocks += [(i + pre, j + pre, k) for i, j, k in sm.get_matching_blocks() if k]
+    if suf:
+        blocks.append((len(a) - suf, len(b) - suf, suf))
+    return blocks
+
+
+def _change_groups(hunk: Hunk) -> list[tuple[list[str], list[str]]]:
+    """The hunk's runs of removed/added lines between context, as (removed, added)."""
+    groups: list[tuple[list[str], list[str]]] = []
+    cur: tuple[list[str], list[str]] | None = None
+    for op, text in hunk.lines:
+        if op == " ":
+            cur = None
+            continue
+        if cur is None:
+            cur = ([], [])
+            groups.append(cur)
+        (cur[0] if op == "-" else cur[1]).append(text)
+    return groups
+
+
+def _run_matches(seq: Sequence[str], at: int, run: list[str]) -> bool:
+    return at >= 0 and at + len(run) <= len(seq) and all(seq[at + t] == run[t] for t in range(len(run)))
+
+
+def _find_added(al: _Alignment, added: list[str], claimed: set[int], lo: int = 0, hi: int | None = None) -> list[int]:
+    """New-side positions where `added` shows up as lines new in `al.new` (significant ones must all be new)."""
+    hi = len(al.new) if hi is None else hi
+    sig = [t for t, line in enumerate(added) if _is_significant(line)]
+    probe = min(sig, key=lambda t: len(al.new_positions(added[t]))) if sig else 0
+    out = []
+    for p in al.new_positions(added[probe]):
+        j = p - probe
+        if j < lo or j + len(added) > hi or not _run_matches(al.new, j, added):
+            continue
+        span = range(j, j + len(added))
+        if any(x in claimed for x in span):
+            continue
+        new_flags = [al.origin[x] is None for x in span]
+        if sig and not all(new_flags[t] for t in sig):
+            continue
+        if not any(new_flags):
+            continue
+        out.append(j)
+    return out
+
+
+def _find_removed(al: _Alignment, removed: list[str], claimed: set[int], lo: int = 0, hi: int | None = None) -> list[int]:
+    """Old-side positions where `removed` shows up as old lines gone from `al.new`."""
+    hi = len(al.old) if hi is None else hi
+    sig = [t for t, line in enumerate(removed) if _is_significant(line)]
+    probe = min(sig, key=lambda t: len(al.old_positions(removed[t]))) if sig else 0
+    out = []
+    for p in al.old_positions(removed[probe]):
+        i = p - probe
+        if i < lo or i + len(removed) > hi or not _run_matches(al.old, i, removed):
+            continue
+        span = range(i, i + len(removed))
+        if any(x in claimed for x in span):
+            continue
+        gone = [not al.kept[x] for x in span]
+        if sig and not all(gone[t] for t in sig):
+            continue
+        if not any(gone):
+            continue
+        out.append(i)
+    return out
+
+
+def _slide_up(seq: Sequence[str], j: int, n: int, lo: int = 0) -> int:
+    """Move an inserted block seq[j:j+n] up while the block's last line equals the line before it (same text)."""
+    while j > lo and n and seq[j - 1] == seq[j + n - 1]:
+        j -= 1
+    return j
+
+
+@dataclass
+class _Site:
+    """Where one change group sits in old-side line indices (0-based): removal start, or insertion gap."""
+
+    old_pos: int
+    new_pos: int | None
+    old_len: int
+    new_len: int
+
+
+def _locate_group(
+    al: _Alignment,
+    removed: list[str],
+    added: list[str],
+    claimed_old: set[int],
+    claimed_new: set[int],
+    near: int | None,
+    new_range: tuple[int, int] | None = None,
+    earlier_added: set[str] | None = None,
+) -> _Site | None:
+    """Find one change group in an alignment; several candidates: the one closest to `near` (old index).
+
+    `earlier_added`: lines added by earlier patches; removed lines among them are not in the old text at all, so a
+    group removing only such lines is located by its added lines alone."""
+    lo, hi = new_range if new_range else (0, len(al.new))
+    if removed and earlier_added and all(line in earlier_added for line in removed):
+        if not _find_removed(al, removed, claimed_old):
+            removed = []
+            if not added:
+                return None
+    sites: list[_Site] = []
+    if added:
+        for j in _find_added(al, added, claimed_new, lo, hi):
+            if removed:
+                gap = al.gap[j]
+                for i in _find_removed(al, removed, claimed_old):
+                    if gap <= i and al.kept_prefix[i] == al.kept_prefix[gap]:
+                        sites.append(_Site(i, j, len(removed), len(added)))
+                        break
+            else:
+                sites.append(_Site(al.gap[_slide_up(al.new, j, len(added))], j, 0, len(added)))
+    else:
+        old_lo = al.gap[lo] if new_range else 0
+        old_hi = al.gap[hi] + 1 if new_range else len(al.old)
+        for i in _find_removed(al, removed, claimed_old, old_lo, old_hi + len(removed)):
+            sites.append(_Site(i, None, len(removed), 0))
+    if not sites:
+        return None
+    if near is not None:
+        sites.sort(key=lambda s: abs(s.old_pos - near))
+    return sites[0]
+
+
+def _claim(site: _Site, claimed_old: set[int], claimed_new: set[int]) -> None:
+    claimed_old.update(range(site.old_pos, site.old_pos + site.old_len))
+    if site.new_pos is not None:
+        claimed_new.update(range(site.new_pos, site.new_pos + site.new_len))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Per-file state across a sequence of patches
+
+
+@dataclass
+class _FileState:
+    """One file's stock and patched lines, their alignment, and the engine's expected text so far."""
+
+    stock: list[str]
+    patched: list[str]
+    landing: _Alignment  # stock -> patched
+    expected: list[str]  # stock with the earlier patches' placements applied
+    expected_to_stock: _Alignment  # stock -> expected
+    claimed_old: set[int] = field(default_factory=set)
+    claimed_new: set[int] = field(default_factory=set)
+    final_newline: bool = True
+    #: lines added by the patches audited so far / removed by the patches still to come (texts)
+    added_so_far: set[str] = field(default_factory=set)
+    removed_later: Counter = field(default_factory=Counter)
+
+
+def _lines(data: bytes | None) -> tuple[list[str], bool]:
+    if data is None:
+        return [], True
+    return split_lines(decode_text(data))
+
+
+def _expected_to_stock(state: _FileState, pos: int, removal: bool) -> int:
+    """Map an index of the expected text to a stock index (an inserted line maps to its gap)."""
+    al = state.expected_to_stock
+    if removal and pos < len(al.new) and al.origin[pos] is not None:
+        return al.origin[pos]
+    return al.gap[pos]
+
+
+def _apply_placements(lines: list[str], placements: list[Placement]) -> list[str]:
+    """Apply placed hunks (windows refer to `lines` before any of them) in order; overlaps are skipped."""
+    out: list[str] = []
+    at = 0
+    for p in sorted(
+        (p for p in placements if p.replacement is not None and p.start is not None and p.ok),
+        key=lambda p: p.start,
+    ):
+        if p.start < at:
+            continue
+        out += lines[at : p.start]
+        out += p.replacement
+        at = p.end if p.end is not None else p.start
+    out += lines[at:]
+    return out
+
+
+def _place(fp: FilePatch, text_lines: list[str], final_newline: bool, exists: bool, path: str) -> list[Placement]:
+    """The engine's placements for every hunk of `fp`; per hunk when the file-level result does not parse
+    (the audit wants each hunk's own site, not a file-wide refusal)."""
+    from .patchfile import join_lines
+
+    result = place_file(fp, join_lines(text_lines, final_newline) if exists else None, path)
+    if result.parse_error:
+        return [place_hunk(h, text_lines, path) for h in fp.hunks]
+    return result.placements
+
+
+def _is_ambiguous(p: Placement) -> bool:
+    """A conflict because no single site stands out (rather than because no site agrees enough)."""
+    text = p.evidence.lower()
+    if "ambiguous" in text or "not unique" in text or "tie" in text.split():
+        return True
+    return len(p.candidates) >= 2 and p.candidates[0][1] == p.candidates[1][1] and p.candidates[0][1] > 0
+
+
+def _excerpt(lines: list[str], line_no: int | None) -> list[tuple[int, str]]:
+    if line_no is None:
+        return []
+    lo = max(1, line_no - EXCERPT_RADIUS)
+    hi = min(len(lines), line_no + EXCERPT_RADIUS - 1)
+    return [(n, lines[n - 1]) for n in range(lo, hi + 1)]
+
+
+def _safe_scope(lines: list[str], line_no: int | None, path: str) -> Scope | None:
+    if line_no is None or not path.endswith(".py") or not lines:
+        return None
+    try:
+        return scope_at(lines, min(max(line_no, 1), len(lines)))
+    except (NotImplementedError, SyntaxError, ValueError):
+        return None
+
+
+def _scope_difference(a: Scope | None, b: Scope | None) -> str:
+    if a is None or b is None or a == b:
+        return ""
+    if a.chain != b.chain:
+        return "another scope"
+    if a.branch != b.branch:
+        return "another branch"
+    return "another role"
+
+
+def _patch_label(patch: Patch) -> str:
+    return PurePath(patch.name).name or patch.name
+
+
+def audit(stock: FileTree, patched: FileTree, patches: list[Patch]) -> AuditReport:
+    """Audit how `patches` (in order) were applied to `stock` to give `patched`; one `AuditHunk` per hunk."""
+    states: dict[str, _FileState] = {}
+    findings: list[AuditHunk] = []
+    removed_by: dict[str, Counter] = {}
+    for patch in patches:
+        for fp in patch.files:
+            c = removed_by.setdefault(fp.new_path or fp.old_path or "?", Counter())
+            for h in fp.hunks:
+                c.update(h.removed)
+    for patch in patches:
+        label = _patch_label(patch)
+        for fp in patch.files:
+            if not fp.hunks:
+                continue
+            path = fp.new_path or fp.old_path or "?"
+            state = states.get(path)
+            if state is None:
+                s_lines, s_nl = _lines(stock.read(fp.old_path or path))
+                p_lines, _ = _lines(patched.read(path))
+                state = _FileState(
+                    stock=s_lines,
+                    patched=p_lines,
+                    landing=_Alignment(s_lines, p_lines),
+                    expected=list(s_lines),
+                    expected_to_stock=_Alignment(s_lines, s_lines),
+                    final_newline=s_nl,
+                    removed_later=removed_by.get(path, Counter()),
+                )
+                states[path] = state
+            exists = bool(state.expected) or stock.read(fp.old_path or path) is not None
+            placements = _place(fp, state.expected, state.final_newline, exists, path)
+            for hunk in fp.hunks:
+                state.removed_later.subtract(hunk.removed)
+            for hunk, placement in zip(fp.hunks, placements):
+                findings.append(_audit_hunk(label, path, hunk, placement, state))
+            for hunk in fp.hunks:
+                state.added_so_far.update(hunk.added)
+            state.expected = _apply_placements(state.expected, placements)
+            state.expected_to_stock = _Alignment(state.stock, state.expected)
+    summary = {v.value: 0 for v in AuditVerdict}
+    for f in findings:
+        summary[f.verdict.value] += 1
+    return AuditReport(findings, summary)
+
+
+def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> list[_Site] | None:
+    """Where the engine's placement puts each change group, in stock indices; None when it places nothing."""
+    if placement.start is None or placement.replacement is None:
+        return None
+    end = placement.end if placement.end is not None else placement.start
+    base = state.expected
+    applied = base[: placement.start] + placement.replacement + base[end:]
+    al = _Alignment(base, applied)
+    window = (placement.start, placement.start + len(placement.replacement))
+    sites: list[_Site] = []
+    c_old: set[int] = set()
+    c_new: set[int] = set()
+    for removed, added in _change_groups(hunk):
+        site = _locate_group(al, removed, added, c_old, c_new, placement.start, window)
+        if site is None:
+            return None
+        _claim(site, c_old, c_new)
+        sites.append(site)
+    return [
+        _Site(_expected_to_stock(state, s.old_pos, bool(s.old_len)), None, s.old_len, s.new_len) for s in sites
+    ]
+
+
+def _landed_sites(hunk: Hunk, state: _FileState, near: list[_Site] | None) -> tuple[list[_Site], int]:
+    """Where each change group shows up in the patched file (stock indices); and how many groups were found."""
+    found: list[_Site] = []
+    groups = _change_groups(hunk)
+    for g, (removed, added) in enumerate(groups):
+        hint = near[g].old_pos if near and g < len(near) else (found[-1].old_pos if found else hunk.old_start - 1)
+        site = _locate_group(
+            state.landing, removed, added, state.claimed_old, state.claimed_new, hint, earlier_added=state.added_so_far
+        )
+        if site is None:
+            continue
+        found.append(site)
+    if len(found) == len(groups):
+        for s in found:
+            _claim(s, state.claimed_old, state.claimed_new)
+    return found, len(found)
+
+
+def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: _FileState) -> AuditHunk:
+    groups = _change_groups(hunk)
+    expected = _expected_sites(hunk, placement, state)
+    landed, n_found = _landed_sites(hunk, state, expected)
+    expected_at = expected[0].old_pos + 1 if expected else None
+    if expected_at is None and placement.verdict is Verdict.ALREADY_APPLIED and placement.landing_line:
+        expected_at = _expected_to_stock(state, placement.landing_line - 1, True) + 1
+    complete = n_found == len(groups)
+    landed_at = landed[0].old_pos + 1 if complete and landed else None
+
+    def finding(verdict: AuditVerdict, reason: str, **kw) -> AuditHunk:
+        h = AuditHunk(label, path, hunk.index, verdict, landed_at, expected_at, reason, **kw)
+        if h.bad:
+            h.expected_excerpt = _excerpt(state.stock, expected_at)
+            h.landed_excerpt = _excerpt(state.stock, landed_at)
+            h.change_line = next((op + t for op, t in hunk.lines if op != " "), "")
+        return h
+
+    if placement.verdict is Verdict.ALREADY_APPLIED:
+        if complete and any(g[1] for g in groups):
+            return finding(
+                AuditVerdict.MISPLACED,
+                f"stock already contains this change (near line {expected_at}), yet it was applied again "
+                f"at line {landed_at}",
+            )
+        return finding(AuditVerdict.ALREADY_APPLIED, "stock already contains the hunk's post-image")
+
+    if not complete and placement.ok and groups and all(
+        all(state.removed_later[line] > 0 for line in added) and added for _, added in groups
+    ):
+        # a later patch rewrote every line this hunk added: its landing cannot be seen in the patched file
+        verdict = {Verdict.EXACT: AuditVerdict.EXACT, Verdict.OFFSET: AuditVerdict.OFFSET}.get(
+            placement.verdict, AuditVerdict.FUZZY
+        )
+        return AuditHunk(
+            label, path, hunk.index, verdict, None, expected_at,
+            "its added lines were changed again by a later patch; landing not observable, the engine's site is "
+            f"line {expected_at}",
+            expected_scope=placement.scope,
+        )
+
+    if not complete:
+        missing = len(groups) - n_found
+        what = "not present in the patched file" if n_found == 0 else (
+            f"only partly present ({missing} of {len(groups)} change groups missing)"
+        )
+        return finding(AuditVerdict.FAILED, what + _engine_note(placement), expected_scope=placement.scope)
+
+    if not placement.ok or expected is None:
+        l_scope = _safe_scope(state.stock, landed_at, path)
+        if _is_ambiguous(placement):
+            return finding(
+                AuditVerdict.AMBIGUOUS,
+                f"landed at line {landed_at}, but the hunk has no unique right site: {placement.evidence}",
+                landed_scope=l_scope,
+            )
+        return finding(
+            AuditVerdict.MISPLACED,
+            f"landed at line {landed_at}, but the hunk has no acceptable site in stock: {placement.evidence}",
+            landed_scope=l_scope,
+        )
+
+    same = len(expected) == len(landed) and all(
+        e.old_pos == s.old_pos for e, s in zip(expected, landed)
+    )
+    if same:
+        verdict = {
+            Verdict.EXACT: AuditVerdict.EXACT,
+            Verdict.OFFSET: AuditVerdict.OFFSET,
+        }.get(placement.verdict, AuditVerdict.FUZZY)
+        reason = {
+            AuditVerdict.EXACT: "landed where the patch says",
+            AuditVerdict.OFFSET: f"landed at the engine's site (offset {_offset(hunk, expected_at):+d})"
+            if expected_at is not None else "landed at the engine's site",
+            AuditVerdict.FUZZY: f"context differed; landed at the engine's unique best site ({placement.verdict})",
+        }[verdict]
+        return finding(verdict, reason, landed_scope=placement.scope, expected_scope=placement.scope)
+
+    l_scope = _safe_scope(state.stock, landed_at, path)
+    e_scope = _safe_scope(state.stock, expected_at, path) or placement.scope
+    diff = _scope_difference(l_scope, e_scope)
+    where_l = f" ({l_scope.describe()})" if l_scope else ""
+    where_e = f" ({e_scope.describe()})" if e_scope else ""
+    if landed_at == expected_at:
+        # first groups agree, a later group of the same hunk went elsewhere
+        bad = next(g for g, (e, s) in enumerate(zip(expected, landed)) if e.old_pos != s.old_pos)
+        reason = (
+            f"change group {bad + 1} landed at line {landed[bad].old_pos + 1}, "
+            f"belongs at line {expected[bad].old_pos + 1}"
+        )
+    else:
+        reason = f"landed at line {landed_at}{where_l}, belongs at line {expected_at}{where_e}"
+    if diff:
+        reason += f" — {diff}"
+    return finding(AuditVerdict.MISPLACED, reason, landed_scope=l_scope, expected_scope=e_scope)
+
+
+def _offset(hunk: Hunk, first_change_at: int) -> int:
+    """Lines between where the `@@` header puts the hunk's first change and where it is."""
+    return first_change_at - (hunk.old_start + hunk.leading_context)
+
+
+def _engine_note(placement: Placement) -> str:
+    if placement.ok:
+        return f"; the engine would place it at line {placement.landing_line} ({placement.verdict})"
+    return f"; the engine finds no site either: {placement.evidence}" if placement.evidence else ""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Human output
+
+
+def render_text(report: AuditReport, width: int = 60) -> str:
+    """Summary line, then for each bad hunk the expected site and the actual site side by side (stock context)."""
+    out: list[str] = []
+    counts = ", ".join(f"{n} {v}" for v, n in report.summary.items() if n)
+    out.append(f"audit: {len(report.hunks)} hunks: {counts or 'none'} — {'OK' if report.ok else 'NOT OK'}")
+    for h in report.bad_hunks:
+        out.append("")
+        out.append(f"{h.patch}: {h.file} hunk {h.hunk}: {h.verdict.value.upper()}: {h.reason}")
+        left = _column("expected", h.expected_at, h.expected_scope, h.expected_excerpt, h.change_line, width)
+        right = _column("landed", h.landed_at, h.landed_scope, h.landed_excerpt, h.change_line, width)
+        for i in range(max(len(left), len(right))):
+            a = left[i] if i < len(left) else ""
+            b = right[i] if i < len(right) else ""
+            out.append(f"  {a:<{width}} | {b}".rstrip())
+    return "\n".join(out) + "\n"
+
+
+def _column(
+    title: str, line: int | None, scope: Scope | None, excerpt: list[tuple[int, str]], change: str, width: int
+) -> list[str]:
+    head = f"{title}: line {line}" if line is not None else f"{title}: (nowhere)"
+    if scope is not None:
+        head += f" {scope.describe()}"
+    rows = [_clip(head, width)]
+    if line is None:
+        return rows
+    for n, text in excerpt:
+        if n == line:
+            rows.append(_clip(f"{'':>5} >> {change}", width))
+        rows.append(_clip(f"{n:>5}    {text}", width))
+    if excerpt and line > excerpt[-1][0]:
+        rows.append(_clip(f"{'':>5} >> {change}", width))
+    return rows
+
+
+def _clip(text: str, width: int) -> str:
+    text = text.replace("\t", "    ").replace("\r", "")
+    return text if len(text) <= width else text[: width - 1] + "…"

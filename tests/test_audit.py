@@ -1,0 +1,208 @@
+"""The auditor on trees patched by real GNU patch: look-alike case folders and (when present) the real vLLM data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from vllm_compose.audit import AuditVerdict, audit, render_text
+from vllm_compose.patchfile import Patch, parse_patch
+from vllm_compose.placement import place_hunk
+from vllm_compose.trees import DirTree, GitTree
+
+CASES = Path(__file__).parent / "cases" / "audit"
+GNU_PATCH = shutil.which("patch")
+HAZARDS = ("kwarg-after-call", "param-as-body", "block-in-unrelated-function", "wrong-branch")
+
+V0260 = Path("/tmp/v0260/vllm-0.26.0")
+PR46994 = Path("/tmp/sources/pr46994-vllm-only.diff")
+PR38476 = Path("/tmp/sources/pr38476-vllm-only.diff")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_ready() -> None:
+    """The audit is only as good as the placement engine it compares with; skip while it is a draft."""
+    probe = parse_patch("--- a/x.py\n+++ b/x.py\n@@ -1,1 +1,2 @@\n a = 1\n+b = 2\n", "probe").files[0].hunks[0]
+    try:
+        place_hunk(probe, ["a = 1"], "x.py")
+    except NotImplementedError:
+        pytest.skip("placement engine (placement.place_hunk) not implemented yet")
+
+
+def gnu_patch(tree: Path, patch_file: Path) -> None:
+    """Apply like the old Docker recipe did: `patch -p1 --fuzz=3`, skipping already-applied hunks, no rejects."""
+    subprocess.run(
+        [GNU_PATCH, "-s", "-p1", "--fuzz=3", "-N", "-r", "-", "--no-backup-if-mismatch", "-i", str(patch_file)],
+        cwd=tree, capture_output=True, check=False,
+    )
+
+
+def case_patch_files(case: Path) -> list[Path]:
+    single = case / "patch.diff"
+    return [single] if single.exists() else sorted((case / "patches").glob("*.diff"))
+
+
+def patched_copy(case: Path, tmp_path: Path) -> tuple[Path, list[Patch]]:
+    tree = tmp_path / "patched"
+    shutil.copytree(case / "stock", tree)
+    files = case_patch_files(case)
+    for f in files:
+        gnu_patch(tree, f)
+    return tree, [parse_patch(f.read_bytes(), f.name) for f in files]
+
+
+needs_gnu_patch = pytest.mark.skipif(GNU_PATCH is None, reason="GNU patch (/usr/bin/patch) is not installed")
+
+
+@needs_gnu_patch
+@pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir() if p.is_dir()))
+def test_case(case: str, tmp_path: Path) -> None:
+    folder = CASES / case
+    expected = json.loads((folder / "expected.json").read_text())
+    patched, patches = patched_copy(folder, tmp_path)
+
+    report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
+
+    got = report.to_json()
+    assert len(got["hunks"]) == len(expected["hunks"])
+    for want, have in zip(expected["hunks"], got["hunks"]):
+        assert {k: have[k] for k in want} == want, have["reason"]
+    assert report.ok is expected["ok"]
+    assert got["summary"]["ok"] is expected["ok"]
+
+
+@needs_gnu_patch
+@pytest.mark.parametrize("case", HAZARDS)
+def test_hazard_reports_both_sites(case: str, tmp_path: Path) -> None:
+    folder = CASES / case
+    patched, patches = patched_copy(folder, tmp_path)
+    report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.MISPLACED
+    assert h.landed_at is not None and h.expected_at is not None and h.landed_at != h.expected_at
+    text = render_text(report)
+    assert "MISPLACED" in text
+    assert f"expected: line {h.expected_at}" in text and f"landed: line {h.landed_at}" in text
+    # the side-by-side view numbers the stock lines around both sites
+    stock_lines = (folder / "stock" / h.file).read_text().splitlines()
+    assert f"{h.expected_at:>5}    {stock_lines[h.expected_at - 1]}"[:40] in text
+    assert f"{h.landed_at:>5}    {stock_lines[h.landed_at - 1]}"[:40] in text
+
+
+def test_json_schema(tmp_path: Path) -> None:
+    folder = CASES / "clean"
+    patched = tmp_path / "p"
+    shutil.copytree(folder / "stock", patched)
+    patch = parse_patch((folder / "patch.diff").read_bytes(), str(folder / "patch.diff"))
+    # apply with the stock files' own text edited as the patch says (no GNU patch needed)
+    text = (patched / "pkg/config.py").read_text()
+    text = text.replace('    "block_size": 16,\n', '    "block_size": 16,\n    "enforce_eager": False,\n')
+    text = text.replace('    for line in text.splitlines():\n',
+                        '    for line in text.splitlines():\n        if not line.strip():\n            continue\n')
+    (patched / "pkg/config.py").write_text(text)
+
+    data = audit(DirTree(folder / "stock"), DirTree(patched), [patch]).to_json()
+
+    assert set(data) == {"hunks", "summary"}
+    for h in data["hunks"]:
+        assert set(h) == {"patch", "file", "hunk", "verdict", "landed_at", "expected_at", "reason"}
+        assert h["patch"] == "patch.diff"  # the file name, not the path
+    assert [h["verdict"] for h in data["hunks"]] == ["exact", "exact"]
+    assert data["summary"]["exact"] == 2 and data["summary"]["ok"] is True
+    assert set(data["summary"]) == {v.value for v in AuditVerdict} | {"ok"}
+    json.dumps(data)
+
+
+def _commit_tree(repo: pygit2.Repository, root: Path, message: str, parents: list) -> pygit2.Oid:
+    def build(directory: Path) -> pygit2.Oid:
+        tb = repo.TreeBuilder()
+        for p in sorted(directory.iterdir()):
+            if p.is_dir():
+                tb.insert(p.name, build(p), pygit2.GIT_FILEMODE_TREE)
+            else:
+                tb.insert(p.name, repo.create_blob(p.read_bytes()), pygit2.GIT_FILEMODE_BLOB)
+        return tb.write()
+
+    sig = pygit2.Signature("t", "t@example.com", 0, 0)
+    return repo.create_commit("HEAD", sig, sig, message, build(root), parents)
+
+
+@needs_gnu_patch
+def test_git_revisions(tmp_path: Path) -> None:
+    folder = CASES / "wrong-branch"
+    patched, patches = patched_copy(folder, tmp_path)
+    repo = pygit2.init_repository(str(tmp_path / "repo"), bare=True)
+    stock_id = _commit_tree(repo, folder / "stock", "stock", [])
+    repo.create_reference("refs/tags/stock", stock_id)
+    _commit_tree(repo, patched, "patched", [stock_id])
+
+    report = audit(GitTree.from_revision(repo, "stock"), GitTree.from_revision(repo, "HEAD"), patches)
+
+    assert [(h.verdict, h.landed_at, h.expected_at) for h in report.hunks] == [(AuditVerdict.MISPLACED, 12, 22)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real data: the two pinned PR diffs applied by GNU patch --fuzz=3 onto vLLM 0.26.0
+
+
+@pytest.fixture(scope="module")
+def real_application(tmp_path_factory):
+    if GNU_PATCH is None:
+        pytest.skip("GNU patch is not installed")
+    missing = [str(p) for p in (V0260, PR46994, PR38476) if not p.exists()]
+    if missing:
+        pytest.skip(f"real data absent: {', '.join(missing)}")
+    patches = [parse_patch(p.read_bytes(), p.name) for p in (PR46994, PR38476)]
+    root = tmp_path_factory.mktemp("v0260-patched")
+    # only the files the patches touch: a full copy of the sdist tree is 100+ MB
+    for patch in patches:
+        for fp in patch.files:
+            src = V0260 / (fp.old_path or fp.new_path)
+            if src.is_file():
+                dst = root / (fp.old_path or fp.new_path)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+    for p in (PR46994, PR38476):
+        gnu_patch(root, p)
+    return audit(DirTree(V0260), DirTree(root), patches)
+
+
+def _find(report, patch: str, file_suffix: str, hunk: int):
+    [h] = [h for h in report.hunks if h.patch == patch and h.file.endswith(file_suffix) and h.hunk == hunk]
+    return h
+
+
+@pytest.mark.slow
+def test_real_known_misplacements(real_application) -> None:
+    report = real_application
+    assert not report.ok
+    spec = "v1/worker/gpu/spec_decode/autoregressive/speculator.py"
+    for patch, path, hunk in [
+        (PR46994.name, spec, 4),
+        (PR46994.name, spec, 9),
+        (PR38476.name, "model_executor/layers/sparse_attn_indexer.py", 3),
+        (PR38476.name, "platforms/cuda.py", 1),
+    ]:
+        h = _find(report, patch, path, hunk)
+        assert h.verdict is AuditVerdict.MISPLACED, (path, hunk, h.reason)
+        assert h.landed_at is not None
+
+
+@pytest.mark.slow
+def test_real_failed_hunks(real_application) -> None:
+    for hunk in (4, 5, 6):
+        h = _find(real_application, PR38476.name, "model_executor/layers/sparse_attn_indexer.py", hunk)
+        assert h.verdict is AuditVerdict.FAILED, h.reason
+        assert h.landed_at is None
+
+
+@pytest.mark.slow
+def test_real_every_hunk_has_a_verdict(real_application) -> None:
+    patches = [parse_patch(p.read_bytes(), p.name) for p in (PR46994, PR38476)]
+    assert len(real_application.hunks) == sum(p.hunk_count for p in patches)
+    assert real_application.summary["misplaced"] >= 4
