@@ -428,9 +428,8 @@ def _parse_header(text: str) -> PatchHeader:
         msg = email.parser.Parser(policy=email.policy.default).parsestr("\n".join(lines))
         subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(msg.get("Subject", "")).replace("\n", " ")).strip()
         body = msg.get_payload() if not msg.is_multipart() else ""
-        body = body.split("\n---\n", 1)[0] if "\n---\n" in body else body
-        if body.startswith("---\n"):
-            body = ""
+        # The message ends at git's `---` separator (before the diffstat).
+        body = re.split(r"(?:^|\n)---[ \t]*(?:\n|$)", body, maxsplit=1)[0]
         return PatchHeader(
             subject=subject,
             author=str(msg.get("From", "")),
@@ -439,3 +438,41 @@ def _parse_header(text: str) -> PatchHeader:
             raw=text,
         )
     return PatchHeader(body=text.strip(), raw=text)
+
+
+def unified_diff(path: str, old_text: str | None, new_text: str | None, context: int = 3) -> str:
+    """A git-style unified diff of one file (`old_text`/`new_text` None for creation/deletion); "" when equal."""
+    import difflib
+
+    if old_text == new_text:
+        return ""
+    old_lines, old_nl = split_lines(old_text or "")
+    new_lines, new_nl = split_lines(new_text or "")
+    head = [f"diff --git a/{path} b/{path}"]
+    if old_text is None:
+        head.append("new file mode 100644")
+    elif new_text is None:
+        head.append("deleted file mode 100644")
+    head.append(f"--- {DEV_NULL if old_text is None else 'a/' + path}")
+    head.append(f"+++ {DEV_NULL if new_text is None else 'b/' + path}")
+    # Mark the missing final newline on the last line so difflib sees the change and we can annotate it.
+    marker = "\x00nonl"
+    a = old_lines[:-1] + [old_lines[-1] + marker] if old_lines and not old_nl else old_lines
+    b = new_lines[:-1] + [new_lines[-1] + marker] if new_lines and not new_nl else new_lines
+    out = head
+    for line in list(difflib.unified_diff(a, b, lineterm="", n=context))[2:]:
+        if line.endswith(marker):
+            out.append(line[: -len(marker)])
+            out.append("\\ No newline at end of file")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def format_patch(subject: str, body: str, author: str, date: str, diff: str) -> str:
+    """A git format-patch style email: header, message, `---`, the diff."""
+    return (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: {author}\nDate: {date}\nSubject: [PATCH] {subject}\n\n{body.strip()}\n---\n{diff}"
+        "-- \nvllm-compose\n"
+    )
