@@ -206,6 +206,15 @@ def _run_matches(seq: Sequence[str], at: int, run: list[str]) -> bool:
     return at >= 0 and at + len(run) <= len(seq) and all(seq[at + t] == run[t] for t in range(len(run)))
 
 
+def _mostly(flags) -> bool:
+    """All of a short run, a clear majority of a long one. The line alignment may pair an added line with an
+    identical stock line nearby (`continue`, `return x`), so a long added block is rarely new line for line."""
+    flags = list(flags)
+    if len(flags) <= 2:
+        return all(flags)
+    return sum(flags) * 3 >= len(flags) * 2
+
+
 def _find_added(al: _Alignment, added: list[str], claimed: set[int], lo: int = 0, hi: int | None = None) -> list[int]:
     """New-side positions where `added` shows up as lines new in `al.new` (significant ones must all be new)."""
     hi = len(al.new) if hi is None else hi
@@ -220,7 +229,7 @@ def _find_added(al: _Alignment, added: list[str], claimed: set[int], lo: int = 0
         if any(x in claimed for x in span):
             continue
         new_flags = [al.origin[x] is None for x in span]
-        if sig and not all(new_flags[t] for t in sig):
+        if sig and not _mostly(new_flags[t] for t in sig):
             continue
         if not any(new_flags):
             continue
@@ -242,7 +251,7 @@ def _find_removed(al: _Alignment, removed: list[str], claimed: set[int], lo: int
         if any(x in claimed for x in span):
             continue
         gone = [not al.kept[x] for x in span]
-        if sig and not all(gone[t] for t in sig):
+        if sig and not _mostly(gone[t] for t in sig):
             continue
         if not any(gone):
             continue
@@ -604,7 +613,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
 
 def _offset(hunk: Hunk, first_change_at: int) -> int:
     """Lines between where the `@@` header puts the hunk's first change and where it is."""
-    return first_change_at - (hunk.old_start + hunk.leading_context)
+    header_at = hunk.old_start + hunk.leading_context if hunk.old_len else hunk.old_start + 1
+    return first_change_at - header_at
 
 
 def _engine_note(placement: Placement) -> str:
