@@ -413,6 +413,16 @@ def _safe_scope(lines: list[str], line_no: int | None, path: str) -> Scope | Non
         return None
 
 
+def _change_scope(text: list[str] | None, site: _Site, stock: list[str], path: str) -> Scope | None:
+    """The scope of a change where it ended up: the first added line in the text that contains it (what the code
+    means there), else the stock line at the site."""
+    if text is not None and site.new_pos is not None:
+        scope = _safe_scope(text, site.new_pos + 1, path)
+        if scope is not None:
+            return scope
+    return _safe_scope(stock, site.old_pos + 1, path)
+
+
 def _scope_difference(a: Scope | None, b: Scope | None) -> str:
     if a is None or b is None or a == b:
         return ""
@@ -473,8 +483,9 @@ def audit(stock: FileTree, patched: FileTree, patches: list[Patch]) -> AuditRepo
     return AuditReport(findings, summary)
 
 
-def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> list[_Site] | None:
-    """Where the engine's placement puts each change group, in stock indices; None when it places nothing."""
+def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> tuple[list[_Site], list[str]] | None:
+    """Where the engine's placement puts each change group (stock indices; `new_pos` indexes the returned text,
+    the expected file with this hunk applied); None when it places nothing."""
     if placement.start is None or placement.replacement is None:
         return None
     end = placement.end if placement.end is not None else placement.start
@@ -491,9 +502,10 @@ def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> list
             return None
         _claim(site, c_old, c_new)
         sites.append(site)
-    return [
-        _Site(_expected_to_stock(state, s.old_pos, bool(s.old_len)), None, s.old_len, s.new_len) for s in sites
+    stock_sites = [
+        _Site(_expected_to_stock(state, s.old_pos, bool(s.old_len)), s.new_pos, s.old_len, s.new_len) for s in sites
     ]
+    return stock_sites, applied
 
 
 def _landed_sites(hunk: Hunk, state: _FileState, near: list[_Site] | None) -> tuple[list[_Site], int]:
@@ -516,7 +528,8 @@ def _landed_sites(hunk: Hunk, state: _FileState, near: list[_Site] | None) -> tu
 
 def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: _FileState) -> AuditHunk:
     groups = _change_groups(hunk)
-    expected = _expected_sites(hunk, placement, state)
+    placed = _expected_sites(hunk, placement, state)
+    expected, expected_text = placed if placed else (None, None)
     landed, n_found = _landed_sites(hunk, state, expected)
     expected_at = expected[0].old_pos + 1 if expected else None
     if expected_at is None and placement.verdict is Verdict.ALREADY_APPLIED and placement.landing_line:
@@ -592,8 +605,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
         }[verdict]
         return finding(verdict, reason, landed_scope=placement.scope, expected_scope=placement.scope)
 
-    l_scope = _safe_scope(state.stock, landed_at, path)
-    e_scope = _safe_scope(state.stock, expected_at, path) or placement.scope
+    l_scope = _change_scope(state.patched, landed[0], state.stock, path)
+    e_scope = _change_scope(expected_text, expected[0], state.stock, path) or placement.scope
     diff = _scope_difference(l_scope, e_scope)
     where_l = f" ({l_scope.describe()})" if l_scope else ""
     where_e = f" ({e_scope.describe()})" if e_scope else ""
