@@ -52,6 +52,9 @@ class AuditVerdict(str, enum.Enum):
 #: verdicts that make an audit fail
 BAD_VERDICTS = frozenset({AuditVerdict.MISPLACED, AuditVerdict.FAILED, AuditVerdict.AMBIGUOUS})
 
+#: lines around a placement window aligned to find its change groups (an inserted block slides at most this far)
+_MARGIN = 100
+
 #: lines of stock shown around each site in `render_text`
 EXCERPT_RADIUS = 3
 
@@ -393,7 +396,8 @@ def _is_ambiguous(p: Placement) -> bool:
     text = p.evidence.lower()
     if "ambiguous" in text or "not unique" in text or "tie" in text.split():
         return True
-    return len(p.candidates) >= 2 and p.candidates[0][1] == p.candidates[1][1] and p.candidates[0][1] > 0
+    # two sites that both agree completely; a tie among poor sites means "no acceptable site", not ambiguity
+    return len(p.candidates) >= 2 and p.candidates[1][1] >= 0.999
 
 
 def _excerpt(lines: list[str], line_no: int | None) -> list[tuple[int, str]]:
@@ -491,17 +495,23 @@ def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> tupl
     end = placement.end if placement.end is not None else placement.start
     base = state.expected
     applied = base[: placement.start] + placement.replacement + base[end:]
-    al = _Alignment(base, applied)
-    window = (placement.start, placement.start + len(placement.replacement))
+    # align only a neighbourhood of the window: the rest of the file is identical, and a whole-file alignment
+    # per hunk would dominate the audit's cost on large files
+    lo = max(0, placement.start - _MARGIN)
+    hi_old = min(len(base), end + _MARGIN)
+    hi_new = hi_old + len(applied) - len(base)
+    al = _Alignment(base[lo:hi_old], applied[lo:hi_new])
+    window = (placement.start - lo, placement.start - lo + len(placement.replacement))
     sites: list[_Site] = []
     c_old: set[int] = set()
     c_new: set[int] = set()
     for removed, added in _change_groups(hunk):
-        site = _locate_group(al, removed, added, c_old, c_new, placement.start, window)
+        site = _locate_group(al, removed, added, c_old, c_new, placement.start - lo, window)
         if site is None:
             return None
         _claim(site, c_old, c_new)
-        sites.append(site)
+        sites.append(_Site(site.old_pos + lo, None if site.new_pos is None else site.new_pos + lo,
+                           site.old_len, site.new_len))
     stock_sites = [
         _Site(_expected_to_stock(state, s.old_pos, bool(s.old_len)), s.new_pos, s.old_len, s.new_len) for s in sites
     ]
