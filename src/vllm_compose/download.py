@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import os
 import tempfile
 import urllib.error
@@ -20,6 +21,8 @@ from .errors import SourceError
 
 #: bytes per read; large enough to keep the per-chunk overhead small, small enough to keep memory flat
 CHUNK_SIZE = 1 << 20
+
+USER_AGENT = "vllm-compose"
 
 #: progress(done_bytes, total_bytes_or_None) is called after every chunk
 Progress = Callable[[int, int | None], None]
@@ -38,6 +41,15 @@ def sha256_file(path: str | os.PathLike, chunk_size: int = CHUNK_SIZE) -> str:
         while chunk := fh.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def http_get(url: str, headers: dict[str, str] | None = None, timeout: float | None = None):
+    """Open `url` with a GET and return the response (a file-like object with `.headers`).
+
+    Every download of this package goes through here, so tests replace this one function to serve canned answers.
+    """
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
+    return urllib.request.urlopen(request, timeout=timeout)
 
 
 def download_verified(
@@ -69,8 +81,7 @@ def download_verified(
         digest = hashlib.sha256()
         done = 0
         try:
-            request = urllib.request.Request(url, headers={"User-Agent": "vllm-compose"})
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as response:
+            with os.fdopen(fd, "wb") as out, http_get(url, timeout=timeout) as response:
                 length = response.headers.get("Content-Length")
                 total = int(length) if length and length.isdigit() else None
                 while chunk := response.read(CHUNK_SIZE):
@@ -81,7 +92,7 @@ def download_verified(
                         progress(done, total)
                 out.flush()
                 os.fsync(out.fileno())
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise SourceError(
                 f"download of {url} failed after {done} bytes: {reason}",

@@ -21,6 +21,7 @@ import copy
 import csv
 import hashlib
 import html.parser
+import http.client
 import io
 import json
 import os
@@ -29,7 +30,6 @@ import struct
 import tempfile
 import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
 import zlib
 from collections.abc import Iterable
@@ -40,6 +40,7 @@ from typing import BinaryIO
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .. import download as _download
 from ..download import Progress, download_verified, sha256_file
 from ..errors import ComposeError, SourceError
 from ..trees import FileTree
@@ -515,16 +516,9 @@ def _pick_wheel(files: list[dict], version: str, platform: str, project_url: str
 
 def _index_files(project_url: str, timeout: float) -> list[dict]:
     """The project's files as PEP 691 dicts (`filename`, `url`, `hashes`), from a JSON or an HTML index page."""
-    request = urllib.request.Request(
-        project_url,
-        headers={
-            "Accept": "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
-            "text/html;q=0.1",
-            "User-Agent": "vllm-compose",
-        },
-    )
+    accept = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _download.http_get(project_url, headers={"Accept": accept}, timeout=timeout) as response:
             content_type = response.headers.get("Content-Type", "")
             body = response.read()
     except urllib.error.HTTPError as exc:
@@ -532,7 +526,7 @@ def _index_files(project_url: str, timeout: float) -> list[dict]:
             f"the index answered {exc.code} for {project_url}",
             hint="check the index URL; the project page must exist at <index>/vllm/",
         ) from exc
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
         raise SourceError(
             f"cannot reach the index at {project_url}: {getattr(exc, 'reason', exc)}",
             hint="check the network or the configured index URL",
