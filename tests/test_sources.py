@@ -423,7 +423,7 @@ def test_offline_import_from_seeded_sdist(tmp_path, cache, fake_http):
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     commit = sources.ensure_release(repo, "v1.2.0", cache, offline=True)
     assert fake_http.requests == []
-    assert sources.release_provenance(commit)["Index"].startswith("seeded from ")
+    assert sources.release_provenance(commit)["Index"] == sources.SEEDED_ORIGIN
     with pytest.raises(SourceError, match="not in the cache") as exc:
         sources.ensure_release(repo, "v1.3.0", cache, offline=True)
     assert "--sources" in exc.value.hint

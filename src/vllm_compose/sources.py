@@ -52,6 +52,8 @@ DEFAULT_INDEX_URL = "https://pypi.org/simple"
 PROJECT = "vllm"
 IMPORTER_NAME = "vllm-compose importer"
 IMPORTER_EMAIL = "importer@vllm-compose.invalid"
+#: the origin recorded for files added with --sources (the index was not consulted for them)
+SEEDED_ORIGIN = "(not consulted: sdist given with --sources)"
 
 #: seconds to wait for a server before giving up (per socket operation, not for the whole download)
 NETWORK_TIMEOUT = 30
@@ -212,7 +214,7 @@ class Cache:
     # A small name index: which blob holds `vllm-0.26.0.tar.gz`, and where that knowledge came from. It lets an
     # offline run import a release seeded with --sources without asking the index for the sha256.
     def remember_name(self, filename: str, sha256: str, origin: str) -> None:
-        """Record that `filename` has content `sha256`, learned from `origin` (an index URL or 'seeded from ...')."""
+        """Record that `filename` has content `sha256`, learned from `origin` (an index URL or `SEEDED_ORIGIN`)."""
         names = self.root / "names"
         names.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=names, prefix=".incoming-")
@@ -272,7 +274,8 @@ def seed_cache(directory: str | os.PathLike, cache: Cache) -> dict[str, str]:
         if path.is_file():
             sha256 = cache.put_file(path)
             added[str(path.relative_to(directory))] = sha256
-            cache.remember_name(path.name, sha256, f"seeded from {path}")
+            # no local path in the origin: it ends up in the import commit, whose id must not depend on it
+            cache.remember_name(path.name, sha256, SEEDED_ORIGIN)
     return added
 
 
@@ -571,6 +574,10 @@ def pip_index_url() -> str:
     return DEFAULT_INDEX_URL
 
 
+class _IndexUnreachable(SourceError):
+    """The index could not be asked (network down); a seeded sdist may still do."""
+
+
 @dataclass(frozen=True)
 class SdistInfo:
     """One sdist file as an index lists it."""
@@ -629,7 +636,7 @@ def list_sdists(index_url: str, project: str = PROJECT) -> list[SdistInfo]:
             ctype = (response.headers.get("Content-Type") or "") if response.headers else ""
             final_url = response.geturl() if hasattr(response, "geturl") else page
     except _NETWORK_ERRORS as exc:
-        raise SourceError(
+        raise _IndexUnreachable(
             f"cannot read the package index {_redact(page)}: {_describe_network_error(exc)}",
             hint="retry when the network is back, or download vllm-X.Y.Z.tar.gz by hand and pass --sources DIR",
         ) from None
@@ -729,9 +736,7 @@ def ensure_release(
         index_url = index_url or pip_index_url()
         try:
             info = find_sdist(version, index_url)
-        except SourceError as exc:
-            if "cannot read the package index" not in exc.message:
-                raise
+        except _IndexUnreachable as exc:
             network_error = exc
     if info is not None:
         path = download(
