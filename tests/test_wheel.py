@@ -22,6 +22,7 @@ import pytest
 
 from vllm_compose import download
 from vllm_compose.artifacts import wheel as wheel_mod
+from vllm_compose.artifacts.editable import editable_install
 from vllm_compose.artifacts.wheel import (
     SourceBuildRequired,
     WheelError,
@@ -32,7 +33,7 @@ from vllm_compose.artifacts.wheel import (
     rewrite_version_file,
     verify_wheel,
 )
-from vllm_compose.errors import SourceError
+from vllm_compose.errors import ComposeError, SourceError
 from vllm_compose.trees import DirTree, OverlayTree
 
 STOCK_NAME = "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
@@ -468,3 +469,78 @@ def test_real_wheel_overlay(tmp_path: Path) -> None:
     with zipfile.ZipFile(out) as zf:
         assert zf.read("vllm/platforms/cuda.py").endswith(b"# composed\n")
         assert f"'{NEW_VERSION}'".encode() in zf.read("vllm/_version.py")
+
+
+# --- the precompiled editable install -----------------------------------------------------------------------------
+
+SETUP_PY_LOOKALIKE = """\
+import os
+from setuptools import setup
+
+def version():
+    if env_version := os.getenv("VLLM_VERSION_OVERRIDE"):
+        return env_version
+    wheel = os.getenv("VLLM_PRECOMPILED_WHEEL_LOCATION")
+    return "0.26.0"
+
+setup(version=version())
+"""
+ENVS_PY_LOOKALIKE = """\
+environment_variables = {
+    "VLLM_USE_PRECOMPILED": lambda: os.environ.get("VLLM_USE_PRECOMPILED"),
+    "VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX": lambda: os.environ.get("VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX"),
+}
+"""
+
+
+def _editable_tree(folder: Path, version: str = "0.26.0", setup_py: str = SETUP_PY_LOOKALIKE) -> Path:
+    (folder / "vllm").mkdir(parents=True)
+    (folder / "setup.py").write_text(setup_py)
+    (folder / "vllm" / "envs.py").write_text(ENVS_PY_LOOKALIKE)
+    (folder / "PKG-INFO").write_text(f"Metadata-Version: 2.4\nName: vllm\nVersion: {version}\n")
+    return folder
+
+
+def test_editable_install_env_and_argv(tmp_path: Path) -> None:
+    tree = _editable_tree(tmp_path / "vllm-src")
+    stock = make_stock_wheel(tmp_path / "stock")
+    plan = editable_install(tree, stock, LABEL, python="/usr/bin/python3")
+    assert plan.env == {
+        "VLLM_USE_PRECOMPILED": "1",
+        "VLLM_PRECOMPILED_WHEEL_LOCATION": str(stock.resolve()),
+        "VLLM_VERSION_OVERRIDE": NEW_VERSION,
+        "VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX": "1",
+    }
+    assert plan.argv == ["/usr/bin/python3", "-m", "pip", "install", "--editable", str(tree.resolve())]
+    assert plan.version == NEW_VERSION and plan.version_labelled
+    assert sorted(plan.honoured) == sorted(plan.env)
+    assert plan.shell().startswith("VLLM_USE_PRECOMPILED=1 ") and plan.shell().endswith(
+        f"--editable {tree.resolve()}"
+    )
+    no_iso = editable_install(tree, stock, LABEL, build_isolation=False)
+    assert no_iso.argv[-1] == "--no-build-isolation" and no_iso.argv[0] == sys.executable
+
+
+def test_editable_install_notices_missing_override(tmp_path: Path) -> None:
+    tree = _editable_tree(tmp_path / "vllm-src", setup_py="from setuptools import setup\nsetup()\n")
+    plan = editable_install(tree, make_stock_wheel(tmp_path / "stock"), LABEL)
+    assert not plan.version_labelled
+    assert "VLLM_VERSION_OVERRIDE" not in plan.honoured and "VLLM_USE_PRECOMPILED" in plan.honoured
+
+
+def test_editable_install_refuses_bad_input(tmp_path: Path) -> None:
+    stock = make_stock_wheel(tmp_path / "stock")
+    with pytest.raises(ComposeError, match="but the stock wheel is 0.26.0"):
+        editable_install(_editable_tree(tmp_path / "other", version="0.27.0"), stock, LABEL)
+    with pytest.raises(ComposeError, match="no setup.py"):
+        editable_install(tmp_path / "stock", stock, LABEL)
+    with pytest.raises(ComposeError, match="does not exist"):
+        editable_install(_editable_tree(tmp_path / "t"), tmp_path / STOCK_NAME, LABEL)
+
+
+@pytest.mark.skipif(not (SDIST / "setup.py").is_file(), reason=f"unpacked vLLM 0.26.0 sdist not at {SDIST}")
+def test_editable_install_on_real_sdist_is_labelled(tmp_path: Path) -> None:
+    stock = REAL_WHEEL if REAL_WHEEL.is_file() else make_stock_wheel(tmp_path / "stock")
+    plan = editable_install(SDIST, stock, LABEL)
+    assert plan.version_labelled, plan.honoured
+    assert "VLLM_USE_PRECOMPILED" in plan.honoured and "VLLM_PRECOMPILED_WHEEL_LOCATION" in plan.honoured

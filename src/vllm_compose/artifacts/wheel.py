@@ -213,7 +213,7 @@ def build_overlay_wheel(
     """
     stock_wheel = Path(stock_wheel)
     out_dir = Path(out_dir)
-    dist, stock_version, tag_part = _split_wheel_name(stock_wheel)
+    dist, stock_version, tag_part = split_wheel_name(stock_wheel)
     new_version = overlay_version(stock_version, local_label)
     out_path = out_dir / f"{dist}-{new_version}-{tag_part}.whl"
     old_info = f"{dist}-{stock_version}.dist-info/"
@@ -388,7 +388,7 @@ def verify_wheel(path: Path) -> int:
     member.
     """
     path = Path(path)
-    dist, version, _ = _split_wheel_name(path)
+    dist, version, _ = split_wheel_name(path)
     info_dir = f"{dist}-{version}.dist-info/"
     with _open_stock(path) as zin:
         record = _parse_record(_read_member(zin, info_dir + "RECORD", path), path)
@@ -578,7 +578,7 @@ class _SimpleHtmlLinks(html.parser.HTMLParser):
         self._href = None
 
 
-def _split_wheel_name(path: Path) -> tuple[str, str, str]:
+def split_wheel_name(path: Path) -> tuple[str, str, str]:
     """(distribution, version, tag part) of a wheel file name, keeping the tag part verbatim."""
     try:
         parse_wheel_filename(path.name)
