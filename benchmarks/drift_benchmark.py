@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Drift benchmark: port synthetic one-hunk edits from one vLLM release onto later ones and score each patch tool.
+
+For every case (see `drift/cases.py`) the same single-file diff — made against the *source* release — is applied to
+the *target* release's copy of the file by GNU patch (fuzz 0, 2, 3), `git apply`, `git apply --3way` (repository
+holding only the target, as when patching an unpacked release), `git apply --3way` with the diff's pre-image blob
+available (as in a clone with history), and this project's placement engine. Each outcome is
+
+  correct    the result equals the ground truth (the same edit made on the target by syntax)
+  misplaced  the tool applied the hunk but the result differs from the ground truth, or it applied a hunk whose
+             site no longer exists uniquely ("must be rejected")
+  rejected   the tool refused
+
+A result that differs from the ground truth only in layout (same syntax tree) counts as correct and is tallied
+separately as "equivalent".
+
+Usage:
+  python benchmarks/drift_benchmark.py [--cases 300] [--seed 1] [--source 0.26.0] [--targets 0.27.0 0.28.0 0.30.0]
+                                       [--json FILE] [--docs docs/benchmarks.md | --no-docs]
+
+Sdists are downloaded once (sha256-verified) into ${VLLM_COMPOSE_CACHE:-~/.cache/vllm-compose}/bench/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from drift.cases import Case, choose_cases  # noqa: E402
+from drift.markdown import table, write_section  # noqa: E402
+from drift.sdist import SdistSource, cache_dir, fetch_sdist  # noqa: E402
+from drift.tools import ToolResult, Workbench, engine_runner  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TOOLS = (
+    "patch --fuzz=0",
+    "patch --fuzz=2",
+    "patch --fuzz=3",
+    "git apply",
+    "git apply --3way",
+    "git apply --3way (+pre-image)",
+    "vllm-compose",
+)
+OUTCOMES = ("correct", "misplaced", "rejected")
+DRIFTS = ("drifted", "undrifted")
+
+
+def _same_tree(a: str, b: str) -> bool:
+    try:
+        return ast.dump(ast.parse(a)) == ast.dump(ast.parse(b))
+    except (SyntaxError, ValueError):
+        return False
+
+
+def judge(result: ToolResult, truth: str | None) -> tuple[str, bool]:
+    """(outcome, equivalent): equivalent is True when the result is correct by syntax tree but not byte for byte."""
+    if result.text is None:
+        return "rejected", False
+    if truth is None:
+        return "misplaced", False
+    if result.text == truth:
+        return "correct", False
+    if _same_tree(result.text, truth):
+        return "correct", True
+    return "misplaced", False
+
+
+def run_case(case: Case, bench: Workbench, engine) -> dict:
+    """Every tool on one case; the case's JSON record."""
+    path, target, diff = case.path, case.target_text, case.diff
+    results: dict[str, ToolResult] = {}
+    for fuzz in (0, 2, 3):
+        results[f"patch --fuzz={fuzz}"] = bench.gnu_patch(path, target, diff, fuzz)
+    results["git apply"] = bench.git_apply(path, target, diff, three_way=False)
+    results["git apply --3way"] = bench.git_apply(path, target, diff, three_way=True)
+    results["git apply --3way (+pre-image)"] = bench.git_apply(path, target, diff, True, base=case.source_text)
+    if engine is not None:
+        try:
+            results["vllm-compose"] = engine(path, target, diff)
+        except Exception as exc:  # a crash is a finding to report, not a reason to lose the run
+            results["vllm-compose"] = ToolResult(None, f"engine raised {type(exc).__name__}: {exc}", ["crash"])
+    record = {
+        "case": case.case_id,
+        "path": path,
+        "kind": case.site.kind,
+        "site": case.site.describe(),
+        "source_line": case.site.line,
+        "drift": case.drift,
+        "must_reject": case.must_reject,
+        "tools": {},
+    }
+    for tool, res in results.items():
+        outcome, equivalent = judge(res, case.truth)
+        entry = {"outcome": outcome, "equivalent": equivalent, "detail": res.detail[:2000]}
+        if res.verdicts is not None:
+            entry["verdicts"] = res.verdicts
+        record["tools"][tool] = entry
+    return record
+
+
+def summarize(records: list[dict]) -> dict:
+    """Counts per tool × drift class × outcome, plus totals that make the tables self-explanatory."""
+    out: dict = {"cases": Counter(), "must_reject": Counter(), "tools": {}}
+    for r in records:
+        out["cases"][r["drift"]] += 1
+        out["must_reject"][r["drift"]] += r["must_reject"]
+        for tool, e in r["tools"].items():
+            t = out["tools"].setdefault(tool, {d: Counter() for d in DRIFTS})
+            t[r["drift"]][e["outcome"]] += 1
+            t[r["drift"]]["equivalent"] += e["equivalent"]
+            if r["must_reject"] and e["outcome"] == "rejected":
+                t[r["drift"]]["rejected_rightly"] += 1
+    return json.loads(json.dumps(out))
+
+
+def _pct(n: int, total: int) -> str:
+    return f"{n} ({100 * n / total:.0f}%)" if total else "0"
+
+
+def render(summary: dict, records: list[dict], meta: dict) -> str:
+    """The markdown section for docs/benchmarks.md."""
+    cases, must = summary["cases"], summary["must_reject"]
+    lines = [
+        f"Source release **{meta['source']}**, targets **{', '.join(meta['targets'])}**, "
+        f"{meta['count']} cases (seed {meta['seed']}), generated {meta['date']} in {meta['seconds']:.0f} s.",
+        "",
+        f"- drifted: {cases.get('drifted', 0)} cases, of which {must.get('drifted', 0)} must be rejected "
+        "(the site is gone or no longer unique in the target);",
+        f"- undrifted: {cases.get('undrifted', 0)} cases, of which {must.get('undrifted', 0)} must be rejected.",
+        "",
+        "A rejection of a must-reject case is the right answer; it is counted under *rejected* and, in brackets, "
+        "as *rightly*.",
+        "",
+    ]
+    header = ["tool"] + [f"{d}: {o}" for d in DRIFTS for o in OUTCOMES]
+    rows = []
+    for tool in TOOLS:
+        if tool not in summary["tools"]:
+            continue
+        row = [f"`{tool}`"]
+        for d in DRIFTS:
+            c = summary["tools"][tool][d]
+            total = cases.get(d, 0)
+            row.append(_pct(c.get("correct", 0), total))
+            row.append(_pct(c.get("misplaced", 0), total))
+            rej = _pct(c.get("rejected", 0), total)
+            if c.get("rejected_rightly"):
+                rej += f" [{c['rejected_rightly']} rightly]"
+            row.append(rej)
+        rows.append(row)
+    lines.append(table(header, rows))
+    lines.append("")
+    equivalent = {t: sum(summary["tools"][t][d].get("equivalent", 0) for d in DRIFTS) for t in summary["tools"]}
+    if any(equivalent.values()):
+        lines.append(
+            "Counted correct though not byte-identical (same syntax tree, other layout): "
+            + ", ".join(f"`{t}` {n}" for t, n in equivalent.items() if n)
+            + "."
+        )
+        lines.append("")
+    lines.append("Per target release and edit kind (drifted cases only; correct / misplaced / rejected):")
+    lines.append("")
+    lines.append(_breakdown(records))
+    engine_notes = _engine_rejections(records)
+    if engine_notes:
+        lines += ["", engine_notes]
+    return "\n".join(lines)
+
+
+def _breakdown(records: list[dict]) -> str:
+    tools = [t for t in ("patch --fuzz=3", "git apply --3way (+pre-image)", "vllm-compose") if records and t in records[0]["tools"]]
+    groups: dict[tuple[str, str], dict[str, Counter]] = {}
+    for r in records:
+        if r["drift"] != "drifted":
+            continue
+        target = r["case"].split("#")[0]
+        for key in ((f"target {target}", ""), ("", f"kind {r['kind']}")):
+            g = groups.setdefault(key, {t: Counter() for t in tools})
+            for t in tools:
+                g[t][r["tools"][t]["outcome"]] += 1
+    rows = []
+    for (tgt, kind), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "", kv[0])):
+        n = sum(g[tools[0]].values()) if tools else 0
+        rows.append([tgt or kind, n] + ["{correct} / {misplaced} / {rejected}".format(**{o: g[t].get(o, 0) for o in OUTCOMES}) for t in tools])
+    return table(["group", "cases"] + [f"`{t}`" for t in tools], rows)
+
+
+def _engine_rejections(records: list[dict]) -> str:
+    """How many engine rejections came with evidence, and what kinds of reasons they gave."""
+    rejected = [r for r in records if r["tools"].get("vllm-compose", {}).get("outcome") == "rejected"]
+    if not rejected:
+        return ""
+    explained = [r for r in rejected if r["tools"]["vllm-compose"]["detail"].strip()]
+    reasons = Counter(_reason_class(r["tools"]["vllm-compose"]["detail"]) for r in rejected)
+    text = (
+        f"Engine rejections: {len(rejected)}, of which {len(explained)} carry evidence "
+        f"({len([r for r in rejected if r['must_reject']])} were must-reject cases). Reasons: "
+        + ", ".join(f"{reason} {n}" for reason, n in reasons.most_common())
+        + "."
+    )
+    return text
+
+
+def _reason_class(evidence: str) -> str:
+    """A short label for an engine rejection, from the first clause of its evidence."""
+    e = evidence.lower()
+    for needle, label in (
+        ("parse error", "result does not parse"),
+        ("ambiguous", "no unique best site"),
+        ("not unique", "no unique best site"),
+        ("scope", "scope/role mismatch"),
+        ("role", "scope/role mismatch"),
+        ("overlap", "overlapping change"),
+        ("both", "overlapping change"),
+        ("no site", "no site"),
+        ("too little", "too little context agrees"),
+        ("agree", "too little context agrees"),
+        ("raised", "engine error"),
+    ):
+        if needle in e:
+            return label
+    return "other"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", default="0.26.0", help="release the edits are made on")
+    ap.add_argument("--targets", nargs="+", default=["0.27.0", "0.28.0", "0.30.0"], help="releases they are ported to")
+    ap.add_argument("--cases", type=int, default=300, help="total number of cases, split evenly over the targets")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None, help="results file (default: the cache's bench/drift-results.json)")
+    ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md", help="markdown file to update")
+    ap.add_argument("--no-docs", action="store_true", help="do not touch the docs")
+    ap.add_argument("--no-engine", action="store_true", help="measure the other tools only")
+    args = ap.parse_args(argv)
+
+    started = time.monotonic()
+    engine = None if args.no_engine else engine_runner()
+    if engine is None and not args.no_engine:
+        print("note: vllm_compose.placement.place_file is not implemented yet; measuring the other tools only")
+    source = SdistSource.load(args.source, fetch_sdist(args.source))
+    records: list[dict] = []
+    per_target = [args.cases // len(args.targets) + (1 if i < args.cases % len(args.targets) else 0) for i in range(len(args.targets))]
+    with Workbench() as bench:
+        for version, n in zip(args.targets, per_target):
+            target = SdistSource.load(version, fetch_sdist(version))
+            cases = choose_cases(source.files, target.files, n, args.seed, label=version)
+            print(f"{args.source} -> {version}: {len(cases)} cases", flush=True)
+            for case in cases:
+                records.append(run_case(case, bench, engine))
+    seconds = time.monotonic() - started
+    summary = summarize(records)
+    meta = {
+        "source": args.source,
+        "targets": args.targets,
+        "count": len(records),
+        "seed": args.seed,
+        "seconds": seconds,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    out = args.json or cache_dir() / "drift-results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "summary": summary, "cases": records}, indent=1))
+    markdown = render(summary, records, meta)
+    print(markdown)
+    print(f"\nresults: {out}")
+    if not args.no_docs:
+        write_section(args.docs, "drift-benchmark", markdown)
+        print(f"docs: {args.docs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
