@@ -343,6 +343,16 @@ def test_failed_rename_leaves_no_wheel(tmp_path: Path, monkeypatch) -> None:
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_refuses_a_tree_of_another_release(tmp_path: Path) -> None:
+    stock = make_stock_wheel(tmp_path / "stock")
+    composed = OverlayTree(
+        source_tree(tmp_path / "src"), {"PKG-INFO": b"Metadata-Version: 2.4\nName: vllm\nVersion: 0.27.0\n"}
+    )
+    with pytest.raises(WheelError, match="tree is vLLM 0.27.0 but the stock wheel is 0.26.0"):
+        build_overlay_wheel(stock, composed, [], LABEL, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_version_label_validation() -> None:
     assert overlay_version("0.26.0", "compose.46994.38476") == NEW_VERSION
     assert overlay_version("0.26.0", "+Compose-1") == "0.26.0+compose.1"

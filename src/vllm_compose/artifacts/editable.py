@@ -18,14 +18,14 @@ Side effects the caller should know: setuptools-scm writes `vllm/_version.py` an
 
 from __future__ import annotations
 
-import re
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ComposeError
-from .wheel import overlay_version, split_wheel_name
+from ..trees import DirTree
+from .wheel import overlay_version, split_wheel_name, tree_release
 
 #: environment variables vLLM's setup.py reads, and why we set them
 PRECOMPILED_ENV = {
@@ -89,7 +89,7 @@ def editable_install(
             hint="fetch it first (fetch_stock_wheel / `vllm-compose wheel --fetch`)",
         )
     _dist, stock_version, _tags = split_wheel_name(stock_wheel)
-    tree_version = source_version(source_dir)
+    tree_version = tree_release(DirTree(source_dir))
     if tree_version is not None and _base(tree_version) != _base(stock_version):
         raise ComposeError(
             f"the tree is vLLM {tree_version} but the stock wheel is {stock_version}",
@@ -109,21 +109,6 @@ def editable_install(
     setup_text = setup_py.read_text(encoding="utf-8", errors="replace")
     honoured = [name for name in PRECOMPILED_ENV if name in setup_text or _reads_via_envs(name, source_dir)]
     return EditableInstall(argv=argv, env=env, version=version, honoured=honoured)
-
-
-def source_version(source_dir: Path) -> str | None:
-    """The release a vLLM source tree holds: `PKG-INFO` (an sdist) or `vllm/_version.py`; None when neither says."""
-    pkg_info = source_dir / "PKG-INFO"
-    if pkg_info.is_file():
-        m = re.search(r"^Version:\s*(\S+)", pkg_info.read_text(errors="replace"), flags=re.M)
-        if m:
-            return m.group(1)
-    version_py = source_dir / "vllm" / "_version.py"
-    if version_py.is_file():
-        m = re.search(r"^__version__\s*=\s*version\s*=\s*['\"]([^'\"]+)", version_py.read_text(errors="replace"), re.M)
-        if m:
-            return m.group(1)
-    return None
 
 
 def _base(version: str) -> str:

@@ -160,6 +160,21 @@ def plan_overlay(members: Iterable[str], composed: FileTree, changed_paths: Iter
     return plan
 
 
+def tree_release(tree: FileTree) -> str | None:
+    """The vLLM release a source tree holds, from `PKG-INFO` (an sdist) or `vllm/_version.py`; None if neither says."""
+    pkg_info = tree.read("PKG-INFO")
+    if pkg_info is not None:
+        m = re.search(rb"^Version:[ \t]*(\S+)", pkg_info, flags=re.M)
+        if m:
+            return m.group(1).decode("ascii", "replace")
+    version_py = tree.read(_VERSION_FILE)
+    if version_py is not None:
+        m = re.search(rb"^__version__\s*=\s*version\s*=\s*['\"]([^'\"]+)", version_py, flags=re.M)
+        if m:
+            return m.group(1).decode("ascii", "replace")
+    return None
+
+
 def rewrite_version_file(text: str, new_version: str) -> str:
     """Set `__version__`/`version` and `__version_tuple__`/`version_tuple` in a setuptools-scm `_version.py`."""
     parsed = Version(new_version)
@@ -219,6 +234,13 @@ def build_overlay_wheel(
     old_info = f"{dist}-{stock_version}.dist-info/"
     new_info = f"{dist}-{new_version}.dist-info/"
 
+    tree_version = tree_release(composed)
+    if tree_version is not None and tree_version.split("+", 1)[0] != stock_version.split("+", 1)[0]:
+        raise WheelError(
+            f"the composed tree is vLLM {tree_version} but the stock wheel is {stock_version}",
+            file=str(stock_wheel),
+            hint="use the stock wheel of the composed release: its compiled kernels must match the Python code",
+        )
     with _open_stock(stock_wheel) as zin:
         infos = zin.infolist()
         names = {i.filename for i in infos}
