@@ -174,3 +174,28 @@ def test_real_sdist_against_itself_has_no_findings() -> None:
     assert report.findings == []
     assert report.result("compile").files == len(paths) > 0
     assert report.result("undefined-names").status == "pass"
+
+
+def test_smoke_takes_compiled_members_from_installed_vllm(tmp_path: Path, monkeypatch) -> None:
+    # the installed package has a member the source tree lacks (standing in for vllm/_C.abi3.so)
+    site = tmp_path / "site"
+    (site / "vllm" / "kernels").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    (site / "vllm" / "kernels" / "__init__.py").write_text("")
+    (site / "vllm" / "kernels" / "_native.py").write_text("ADD = 'installed'\n")
+    src = tmp_path / "src"
+    (src / "vllm" / "kernels").mkdir(parents=True)
+    (src / "vllm" / "__init__.py").write_text("")
+    (src / "vllm" / "kernels" / "__init__.py").write_text("")
+    (src / "vllm" / "kernels" / "ops.py").write_text("from vllm.kernels._native import ADD\n")
+    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULE", "json")
+    changed = ["vllm/kernels/ops.py"]
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    alone = run_checks(DirTree(src), DirTree(src), changed).result("import-smoke")
+    assert alone.status == "fail" and "No module named 'vllm.kernels._native'" in alone.findings[0].message
+    assert alone.findings[0].line == 1
+
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    with_installed = run_checks(DirTree(src), DirTree(src), changed).result("import-smoke")
+    assert with_installed.status == "pass", with_installed.to_json()

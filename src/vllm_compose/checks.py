@@ -318,17 +318,38 @@ def probe_runtime(python: str | None = None, timeout: float = 120) -> str | None
     return None
 
 
-#: the program run in the smoke subprocess: imports each module, prints one JSON line of outcomes
+#: the program run in the smoke subprocess (argv: composed root, then module names): imports each module and
+#: prints one JSON line of outcomes. A source tree has no compiled members (`vllm/_C.abi3.so`, ...); where vLLM is
+#: also installed, a last-resort finder serves whatever the composed tree lacks from the installed package, so a
+#: module is not failed for a kernel library it was never meant to carry.
 _SMOKE_PROGRAM = """
-import importlib, json, sys, traceback
+import importlib, importlib.machinery, json, os, sys, traceback
+root = os.path.realpath(sys.argv[1])
+installed = importlib.machinery.PathFinder.find_spec(
+    "vllm", [p for p in sys.path if os.path.realpath(p or ".") != root])
+installed_root = os.path.dirname(os.path.dirname(installed.origin)) if installed and installed.origin else None
+
+class InstalledFallback:
+    def find_spec(self, fullname, path=None, target=None):
+        if installed_root is None or not fullname.startswith("vllm.") or path is None:
+            return None
+        mapped = []
+        for entry in path:
+            real = os.path.realpath(entry)
+            if real.startswith(root + os.sep):
+                mapped.append(os.path.join(installed_root, os.path.relpath(real, root)))
+        return importlib.machinery.PathFinder.find_spec(fullname, mapped) if mapped else None
+
+if installed_root is not None and os.path.realpath(installed_root) != root:
+    sys.meta_path.append(InstalledFallback())
 results = {}
-for name in sys.argv[1:]:
+for name in sys.argv[2:]:
     try:
         importlib.import_module(name)
         results[name] = None
     except BaseException as exc:
         tb = traceback.extract_tb(exc.__traceback__)
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "where": [[f.filename, f.lineno] for f in tb[-1:]]}
+        results[name] = {"error": f"{type(exc).__name__}: {exc}", "where": [[f.filename, f.lineno] for f in tb]}
 print("SMOKE-RESULT " + json.dumps(results))
 """
 
@@ -359,7 +380,7 @@ def check_import_smoke(
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         try:
             proc = subprocess.run(
-                [python or sys.executable, "-c", _SMOKE_PROGRAM, *modules],
+                [python or sys.executable, "-c", _SMOKE_PROGRAM, str(root), *modules],
                 capture_output=True,
                 text=True,
                 timeout=timeout,
