@@ -1,16 +1,88 @@
 """Where a hunk belongs in a target file, and the 3-way-style merge that puts it there.
 
-INTERFACE DRAFT (to be implemented): the dataclasses and signatures below are the contract other modules
-(replay, apply, audit) code against.
+A hunk is placed without a base tree.  Its *pre-image* (context and removed lines) is what the patch author's file
+looked like; its *post-image* (context and added lines) is what the author wanted; the target file is what we have.
+
+Finding sites
+    Target lines are indexed by their whitespace-collapsed text.  Every occurrence of a distinctive pre-image line
+    (one that occurs at most `_MAX_VOTER_HITS` times) is a *hit*; hits vote for the window start they imply.  For
+    each hit, strongest window first, a dynamic-programming alignment of the whole pre-image is computed that is
+    forced through that hit (prefix aligned before it, suffix after it), so two overlapping or nearby copies of the
+    same context are both found.  Each pre-image line ends up as:
+
+    ============  ==========================================================  ======
+    agreement     meaning                                                     credit
+    ============  ==========================================================  ======
+    exact         byte-identical                                              1.00
+    line-end      identical but for a trailing ``\\r``                         0.90
+    whitespace    identical once runs of whitespace are collapsed             0.90
+    indentation   identical but for leading whitespace                        0.75
+    missing       no target line (the target deleted it, or changed it:       0
+                  a missing line facing an extra target line is "changed")
+    ============  ==========================================================  ======
+
+    Credit is weighted by how informative a line is (a blank line or a lone ``)`` counts 0.2, a line with ten or
+    more letters/digits counts 1); every extra target line inside the aligned window costs 0.02.  The *score* is
+    credit / total weight (0..1).  The line number of the ``@@`` header is never used to choose between sites: it
+    only tells ``exact`` from ``offset``.
+
+Choosing
+    Sites are compared by where their changes land.  A site is acceptable when its score reaches `MIN_SCORE` and,
+    for Python, its scope agrees with what the hunk implies (see `scope.HunkIntent`: role of the change — inside a
+    call's parentheses, a signature, a list, a statement block —, the compound-statement headers the hunk shows,
+    and the def/class its ``@@`` section names).  The best acceptable site must be unique: a verbatim site beats
+    any non-verbatim one; otherwise it must out-score every other site by `MIN_MARGIN` weighted lines (about one
+    informative line).  Anything else is a conflict with the candidate sites as evidence — never a guess.
+
+Merging (hunk pre-image = base, post-image = ours, target window = theirs)
+    Context lines always come from the target, so whatever the target changed around the hunk is kept.  Each
+    change group (a run of removed/added lines) must be anchored:
+
+    - removed lines must all be present, adjacent to each other in the target;
+    - added lines go between the target lines matching the pre-image lines around them.  When both neighbours are
+      present and the target has lines of its own between them, both sides changed the same gap: conflict (unless
+      those lines are the added lines: already applied).  When one neighbour is missing (the target deleted or
+      changed it), the present neighbour anchors the insertion;
+    - indentation: the nearest non-blank context line before and after the group and every removed line give an
+      indentation delta (target indent minus pre-image indent).  A consistent delta re-indents the added lines; an
+      inconsistent one (context nested one level deeper on one side only) is a conflict.
+
+    Added lines are written with the target's line ending.  A group whose removed lines are gone and whose added
+    lines are already there is already applied; a hunk whose groups all are gets ``already-applied``.  When the
+    pre-image cannot be placed, the post-image is searched: found verbatim-enough and unique, the hunk is
+    ``already-applied`` too.
+
+Verdicts: ``exact`` (verbatim at the header's line), ``offset`` (verbatim elsewhere), ``relocated`` (only
+whitespace/line-end/indentation differs), ``merged`` (the target has missing, changed or extra lines in the window),
+``already-applied``, ``conflict``.
+
+Per file (`place_file`): hunks are placed independently against the original target, then applied together;
+overlapping hunks conflict.  A Python result that no longer parses (when the target did) turns the hunks whose new
+lines contain the error into conflicts, and the file is re-assembled without them (all placed hunks, when the error
+lies outside every hunk).  New files are created from the post-image; a deleted file's pre-image must match exactly.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .patchfile import FilePatch, Hunk
-from .scope import Scope
+from .patchfile import FilePatch, Hunk, join_lines, split_lines
+from .scope import HunkIntent, PythonLayout, Scope, SectionIndex, hunk_intent, parse_error, section_name
+
+#: lowest score (weighted share of the pre-image that agrees) a site may have
+MIN_SCORE = 0.5
+#: how many weighted lines the best site must out-score every other site by (one informative line is 0.7..1)
+MIN_MARGIN = 0.7
+#: a line occurring more often than this in the target does not propose sites (it still counts in scoring)
+_MAX_VOTER_HITS = 24
+#: most forced alignments computed per hunk
+_MAX_HITS = 48
+_EXTRA_COST = 0.02
+
+_EXACT, _EOL, _WS, _INDENT = "exact", "line-end", "whitespace", "indentation"
+_CREDIT = {_EXACT: 1.0, _EOL: 0.9, _WS: 0.9, _INDENT: 0.75}
 
 
 class Verdict(str, enum.Enum):
@@ -51,10 +123,23 @@ class Placement:
     score: float = 0.0
     #: other candidate sites considered (1-based lines) with their scores, best first
     candidates: list[tuple[int, float]] = field(default_factory=list)
+    #: whether the file ends with a newline after this hunk (None: the hunk does not touch the end of the file)
+    eof_newline: bool | None = None
 
     @property
     def ok(self) -> bool:
         return self.verdict is not Verdict.CONFLICT
+
+    def to_json(self) -> dict:
+        """The placement as a JSON-ready dict (hunk numbered as GNU patch numbers it)."""
+        return {
+            "hunk": self.hunk.index,
+            "verdict": self.verdict.value,
+            "landing_line": self.landing_line,
+            "scope": self.scope.to_json() if self.scope else None,
+            "score": round(self.score, 3),
+            "evidence": self.evidence,
+        }
 
 
 @dataclass
@@ -73,13 +158,770 @@ class FilePlacement:
         return [p for p in self.placements if p.verdict is Verdict.CONFLICT]
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Helpers: line normalisation and weights
+
+
+def _norm(line: str) -> str:
+    return " ".join(line.split())
+
+
+def _strip_cr(line: str) -> str:
+    return line[:-1] if line.endswith("\r") else line
+
+
+def _weight(norm: str) -> float:
+    """How much a line's agreement tells: 0.2 for punctuation-only lines, up to 1 for ten letters/digits."""
+    alnum = sum(1 for c in norm if c.isalnum())
+    if alnum == 0:
+        return 0.2
+    return min(1.0, 0.3 + 0.07 * alnum)
+
+
+def _agreement(p: str, t: str) -> str:
+    """How hunk line p agrees with target line t, given that their normalised texts are equal."""
+    if p == t:
+        return _EXACT
+    p0, t0 = _strip_cr(p), _strip_cr(t)
+    if p0 == t0:
+        return _EOL
+    if p0.lstrip() == t0.lstrip() or _norm(p0) != _norm(p0.lstrip()):
+        return _INDENT if p0[: len(p0) - len(p0.lstrip())] != t0[: len(t0) - len(t0.lstrip())] else _WS
+    return _WS
+
+
+def _is_python(path: str | None) -> bool:
+    return bool(path) and path.endswith((".py", ".pyi"))
+
+
+def _lead(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+class _Target:
+    """One target file, indexed for placement (built once per file, shared by its hunks)."""
+
+    def __init__(self, lines: list[str], path: str | None) -> None:
+        self.lines = lines
+        self.norm = [_norm(ln) for ln in lines]
+        self.by_norm: dict[str, list[int]] = defaultdict(list)
+        for i, n in enumerate(self.norm):
+            self.by_norm[n].append(i)
+        self.crlf = sum(1 for ln in lines if ln.endswith("\r")) * 2 > len(lines) > 0
+        self.is_py = _is_python(path)
+        self._layout: PythonLayout | None = None
+        self._sections: SectionIndex | None = None
+
+    @property
+    def layout(self) -> PythonLayout:
+        if self._layout is None:
+            self._layout = PythonLayout(self.lines)
+        return self._layout
+
+    @property
+    def sections(self) -> SectionIndex:
+        if self._sections is None:
+            self._sections = SectionIndex(self.lines)
+        return self._sections
+
+    def eol(self, line: str) -> str:
+        """`line` written with the target's line ending."""
+        line = _strip_cr(line)
+        return line + "\r" if self.crlf else line
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Alignment
+
+
+@dataclass
+class _Alignment:
+    """One way the pre-image lines map onto target lines."""
+
+    mapping: list[int | None]  # pre-image index -> target index (None: missing)
+    cats: list[str | None]
+    credit: float
+    score: float
+    extras: list[int]  # target lines inside the aligned window that no pre-image line matched
+
+    @property
+    def verbatim(self) -> bool:
+        return not self.extras and all(c in (_EXACT, _EOL) for c in self.cats)
+
+    @property
+    def first(self) -> tuple[int, int] | None:
+        for j, t in enumerate(self.mapping):
+            if t is not None:
+                return j, t
+        return None
+
+
+def _dp(
+    P: list[str], Pn: list[str], W: list[float], T: list[str], Tn: list[str], free_start: bool, free_end: bool
+) -> tuple[float, list[int | None]]:
+    """Align P to T (weighted credit, extras cost); returns (credit, mapping into T indices)."""
+    m, n = len(P), len(T)
+    if m == 0:
+        return (0.0 if free_start or free_end else -_EXTRA_COST * n), []
+    # back[i][j]: 0 = P[i-1] missing, 1 = T[j-1] extra, 2 = match
+    prev = [0.0] * (n + 1) if free_start else [-_EXTRA_COST * j for j in range(n + 1)]
+    backs: list[list[int]] = []
+    for i in range(1, m + 1):
+        p, pn, w = P[i - 1], Pn[i - 1], W[i - 1]
+        cur = [prev[0]] + [0.0] * n
+        back = [0] * (n + 1)
+        for j in range(1, n + 1):
+            best = prev[j]
+            b = 0
+            v = cur[j - 1] - _EXTRA_COST
+            if v > best:
+                best, b = v, 1
+            if Tn[j - 1] == pn:
+                v = prev[j - 1] + _CREDIT[_agreement(p, T[j - 1])] * w
+                if v >= best:
+                    best, b = v, 2
+            cur[j] = best
+            back[j] = b
+        backs.append(back)
+        prev = cur
+    if free_end:
+        j = max(range(n + 1), key=lambda k: (prev[k], -k))
+    else:
+        j = n
+    credit = prev[j]
+    mapping: list[int | None] = [None] * m
+    i = m
+    while i > 0:
+        b = backs[i - 1][j]
+        if b == 2:
+            mapping[i - 1] = j - 1
+            i -= 1
+            j -= 1
+        elif b == 1:
+            j -= 1
+        else:
+            i -= 1
+    return credit, mapping
+
+
+def _finish(P: list[str], W: list[float], total: float, tgt: _Target, mapping: list[int | None]) -> _Alignment:
+    cats: list[str | None] = []
+    credit = 0.0
+    for j, t in enumerate(mapping):
+        if t is None:
+            cats.append(None)
+        else:
+            c = _agreement(P[j], tgt.lines[t])
+            cats.append(c)
+            credit += _CREDIT[c] * W[j]
+    matched = [t for t in mapping if t is not None]
+    extras: list[int] = []
+    if matched:
+        used = set(matched)
+        extras = [t for t in range(matched[0], matched[-1] + 1) if t not in used]
+    credit -= _EXTRA_COST * len(extras)
+    return _Alignment(mapping, cats, credit, max(0.0, credit / total) if total else 0.0, extras)
+
+
+def _alignments(P: list[str], tgt: _Target) -> list[_Alignment]:
+    """Candidate alignments of P (a pre- or post-image) in the target, one per distinct mapping."""
+    m = len(P)
+    Pn = [_norm(p) for p in P]
+    W = [_weight(n) for n in Pn]
+    total = sum(W)
+    counts = [len(tgt.by_norm.get(n, ())) for n in Pn]
+    voters = [j for j in range(m) if 0 < counts[j] <= _MAX_VOTER_HITS and W[j] >= 0.5]
+    if not voters:
+        # nothing distinctive: fall back to the rarest lines that occur at all
+        present = sorted((c, j) for j, c in enumerate(counts) if c > 0)
+        voters = [j for c, j in present if c == present[0][0]] if present else []
+    votes: dict[int, float] = defaultdict(float)
+    hits: list[tuple[int, int]] = []
+    for j in voters:
+        for t in tgt.by_norm[Pn[j]]:
+            votes[t - j] += W[j]
+            hits.append((j, t))
+    hits.sort(key=lambda h: (-votes[h[1] - h[0]], h[1] - h[0], h[0]))
+    slack = 8 + m // 2
+    found: dict[tuple, _Alignment] = {}
+    explained: set[tuple[int, int]] = set()
+    n_lines = len(tgt.lines)
+    for j, t in hits[: _MAX_HITS * 4]:
+        if (j, t) in explained:
+            continue
+        if len(found) >= _MAX_HITS:
+            break
+        lo = max(0, t - j - slack)
+        hi = min(n_lines, t + (m - j) + slack)
+        _, pre_map = _dp(P[:j], Pn[:j], W[:j], tgt.lines[lo:t], tgt.norm[lo:t], True, False)
+        _, post_map = _dp(
+            P[j + 1 :], Pn[j + 1 :], W[j + 1 :], tgt.lines[t + 1 : hi], tgt.norm[t + 1 : hi], False, True
+        )
+        mapping = [None if x is None else x + lo for x in pre_map] + [t] + [
+            None if x is None else x + t + 1 for x in post_map
+        ]
+        key = tuple(mapping)
+        if key in found:
+            continue
+        al = _finish(P, W, total, tgt, mapping)
+        found[key] = al
+        explained.update((jj, tt) for jj, tt in enumerate(mapping) if tt is not None)
+    return list(found.values())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Change groups and the merge plan
+
+
+@dataclass
+class _Group:
+    """A run of removed/added lines: removes pre-image[a:b], adds `added` in their place."""
+
+    a: int
+    b: int
+    added: list[str]
+    intent: HunkIntent | None = None
+
+
+def _groups(hunk: Hunk) -> list[_Group]:
+    groups: list[_Group] = []
+    pre = 0
+    cur: _Group | None = None
+    for op, text in hunk.lines:
+        if op == " ":
+            cur = None
+            pre += 1
+            continue
+        if cur is None:
+            cur = _Group(pre, pre, [])
+            groups.append(cur)
+        if op == "-":
+            pre += 1
+            cur.b = pre
+        else:
+            cur.added.append(text)
+    return groups
+
+
+def _intents(hunk: Hunk, groups: list[_Group]) -> None:
+    """Attach to each group what the hunk's own lines imply about its site (Python only)."""
+    post_before: list[str] = []
+    # index hunk lines per group
+    lines = hunk.lines
+    pos = 0
+    spans = []
+    gi = 0
+    while pos < len(lines):
+        if lines[pos][0] == " ":
+            pos += 1
+            continue
+        start = pos
+        while pos < len(lines) and lines[pos][0] != " ":
+            pos += 1
+        spans.append((start, pos))
+        gi += 1
+    for g, (s, e) in zip(groups, spans):
+        post_before = [t for op, t in lines[:s] if op != "-"]
+        change = [t for op, t in lines[s:e] if op == "+"] or [t for op, t in lines[s:e] if op == "-"]
+        after = [t for op, t in lines[e:] if op != "-"]
+        g.intent = hunk_intent(post_before, change, after)
+
+
+@dataclass
+class _Edit:
+    start: int
+    end: int
+    lines: list[str]
+    applied: bool  # the target already has this group's result
+
+
+@dataclass
+class _Plan:
+    edits: list[_Edit]
+    error: str | None = None
+    indent_note: str = ""
+
+
+def _delta(pre: str, tgt: str) -> int | str:
+    """Indentation delta (in columns) between a pre-image line and its target line; a str explains a tab/space
+    mix-up that has no delta."""
+    a, b = _lead(_strip_cr(pre)), _lead(_strip_cr(tgt))
+    if a == b:
+        return 0
+    if set(a + b) <= {" "} or set(a + b) <= {"\t"}:
+        return len(b) - len(a)
+    return f"indentation changed between tabs and spaces ({a!r} -> {b!r})"
+
+
+def _reindent(line: str, delta: int, unit: str) -> str | None:
+    if delta == 0 or not line.strip():
+        return line
+    if delta > 0:
+        return unit * delta + line
+    lead = _lead(line)
+    if len(lead) < -delta or set(lead[: -delta]) != {unit}:
+        return None
+    return line[-delta:]
+
+
+def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Plan:
+    """The edits that merge the hunk at alignment `al`, or the reason it cannot be merged there."""
+    P = hunk.pre_image
+    M = al.mapping
+    m = len(P)
+    T = tgt.lines
+    edits: list[_Edit] = []
+    notes = []
+    for g in groups:
+        removed_t = [M[j] for j in range(g.a, g.b)]
+        added_n = [_norm(x) for x in g.added]
+        if g.b > g.a and all(t is not None for t in removed_t):
+            if any(removed_t[k + 1] != removed_t[k] + 1 for k in range(len(removed_t) - 1)):
+                return _Plan([], f"the target has lines of its own inside the lines the hunk removes "
+                                 f"(target lines {removed_t[0] + 1}..{removed_t[-1] + 1})")
+            start, end = removed_t[0], removed_t[-1] + 1
+        else:
+            if g.b > g.a and any(t is not None for t in removed_t):
+                gone = [P[j].strip() for j in range(g.a, g.b) if M[j] is None]
+                return _Plan([], f"the target changed lines the hunk removes: `{gone[0]}`"
+                                 + (f" and {len(gone) - 1} more" if len(gone) > 1 else ""))
+            prev = M[g.a - 1] if g.a > 0 else None
+            nxt = M[g.b] if g.b < m else None
+            if prev is not None and nxt is not None:
+                between = list(range(prev + 1, nxt))
+                if between:
+                    if [tgt.norm[t] for t in between] == added_n:
+                        edits.append(_Edit(prev + 1, nxt, [], True))
+                        continue
+                    if g.b > g.a:
+                        return _Plan([], f"the target changed lines the hunk removes (target lines "
+                                         f"{prev + 2}..{nxt}: `{T[between[0]].strip()}`)")
+                    return _Plan([], f"both sides changed the same place: the target has "
+                                     f"{len(between)} line(s) of its own between target lines {prev + 1} and "
+                                     f"{nxt + 1} (`{T[between[0]].strip()}`) where the hunk adds lines")
+                if g.b > g.a:
+                    # removed lines gone, nothing in their place: already applied when nothing is to be added
+                    if not added_n:
+                        edits.append(_Edit(prev + 1, nxt, [], True))
+                        continue
+                    return _Plan([], "the target no longer has the lines the hunk removes")
+                start = end = nxt
+            elif prev is not None:
+                start = end = prev + 1
+            elif nxt is not None:
+                start = end = nxt
+            else:
+                return _Plan([], "no line next to the change agrees with the target (nothing anchors it)")
+            if g.b > g.a:
+                # removed lines are all gone; already applied only if the added lines are right there
+                return _Plan([], "the target no longer has the lines the hunk removes")
+            # already applied with one anchor: the added lines sit right at the anchor
+            if any(added_n):
+                if prev is not None and [tgt.norm[t] for t in range(prev + 1, min(prev + 1 + len(added_n),
+                                                                                   len(T)))] == added_n:
+                    edits.append(_Edit(prev + 1, prev + 1 + len(added_n), [], True))
+                    continue
+                if nxt is not None and nxt - len(added_n) >= 0 and [
+                    tgt.norm[t] for t in range(nxt - len(added_n), nxt)
+                ] == added_n:
+                    edits.append(_Edit(nxt - len(added_n), nxt, [], True))
+                    continue
+        # indentation: nearest non-blank matched context line on each side, and every removed line
+        deltas: list[tuple[int | str, int]] = []
+        for j in range(g.a - 1, -1, -1):
+            if M[j] is not None and P[j].strip():
+                deltas.append((_delta(P[j], T[M[j]]), j))
+                break
+        for j in range(g.a, g.b):
+            if P[j].strip():
+                deltas.append((_delta(P[j], T[M[j]]), j))
+        for j in range(g.b, m):
+            if M[j] is not None and P[j].strip():
+                deltas.append((_delta(P[j], T[M[j]]), j))
+                break
+        bad = [d for d, _ in deltas if isinstance(d, str)]
+        if bad:
+            return _Plan([], bad[0])
+        dset = {d for d, _ in deltas}
+        delta = 0
+        if len(dset) > 1 and g.added:
+            desc = ", ".join(f"`{P[j].strip()}` {d:+d}" for d, j in deltas)
+            return _Plan([], f"inconsistent indentation drift around the change ({desc}): cannot tell how "
+                             f"deep the added lines belong")
+        if dset:
+            delta = dset.pop()
+        unit = "\t" if any(_lead(T[t]).startswith("\t") for t in M if t is not None) and delta else " "
+        new_lines = []
+        for line in g.added:
+            r = _reindent(line, delta, unit)
+            if r is None:
+                return _Plan([], f"cannot re-indent added line `{line.strip()}` by {delta:+d} columns")
+            new_lines.append(tgt.eol(r))
+        if delta:
+            notes.append(f"added lines re-indented by {delta:+d} columns")
+        edits.append(_Edit(start, end, new_lines, False))
+    return _Plan(edits, None, "; ".join(notes))
+
+
+def _site_key(plan: _Plan, al: _Alignment) -> tuple:
+    if plan.error is None:
+        return tuple((e.start, e.end) for e in plan.edits)
+    return ("unplannable",) + tuple(al.mapping)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Scope check
+
+
+def _site_scope(tgt: _Target, edit: _Edit, group: _Group, hunk: Hunk) -> Scope:
+    lay = tgt.layout
+    first_code = next((ln for ln in edit.lines if ln.strip() and not ln.strip().startswith("#")), None)
+    if first_code is not None:
+        indent = len(_lead(_strip_cr(first_code)).expandtabs(8))
+    elif edit.end > edit.start and lay.code_start[edit.start]:
+        indent = lay.indent[edit.start]
+    else:
+        indent = None
+    return lay.scope(edit.start, indent)
+
+
+def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment, tgt: _Target) -> str | None:
+    """Why the site disagrees with the scope the hunk implies (None when it agrees)."""
+    name = section_name(hunk.section)
+    first_edit_scope = None
+    for g, e in zip(groups, plan.edits):
+        sc = _site_scope(tgt, e, g, hunk)
+        if first_edit_scope is None:
+            first_edit_scope = sc
+        if g.intent is not None:
+            why = g.intent.accepts(sc)
+            if why:
+                return f"{why} (target line {e.start + 1})"
+    if name:
+        f = al.first
+        start = max(0, f[1] - f[0]) if f else 0
+        names = tgt.sections.names_at(start)
+        chain_names = [c.split()[-1] for c in (first_edit_scope.chain if first_edit_scope else ())]
+        if name not in names and name not in chain_names:
+            return (f"section: the hunk's `@@` header names `{hunk.section.strip()}`, the target site follows "
+                    + (" / ".join(f"`{n}`" for n in names) or "no def/class"))
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Placing one hunk
+
+
+def _describe(al: _Alignment, P: list[str]) -> str:
+    f = al.first
+    where = f"line {f[1] - f[0] + 1}" if f else "?"
+    counts: dict[str, int] = defaultdict(int)
+    for c in al.cats:
+        counts[c or "missing"] += 1
+    changed = min(counts.get("missing", 0), len(al.extras))
+    parts = [f"{counts[k]} {k}" for k in (_EXACT, _EOL, _WS, _INDENT) if counts.get(k)]
+    if counts.get("missing"):
+        parts.append(f"{counts['missing'] - changed} missing")
+    if changed:
+        parts.append(f"{changed} changed")
+    if len(al.extras) - changed:
+        parts.append(f"{len(al.extras) - changed} extra")
+    return f"site at {where}: score {al.score:.2f} ({', '.join(parts)} of {len(P)} pre-image lines)"
+
+
+def _line_of(al: _Alignment) -> int:
+    f = al.first
+    return (max(0, f[1] - f[0]) + 1) if f else 0
+
+
 def place_hunk(hunk: Hunk, target_lines: list[str], path: str) -> Placement:
     """Decide where `hunk` belongs in `target_lines` (a file's lines without line ends) and merge it there."""
-    raise NotImplementedError
+    return _place(hunk, _Target(target_lines, path))
+
+
+def _place(hunk: Hunk, tgt: _Target) -> Placement:
+    P = hunk.pre_image
+    groups = _groups(hunk)
+    if tgt.is_py:
+        _intents(hunk, groups)
+    if not P:
+        return _place_without_context(hunk, tgt)
+
+    alignments = _alignments(P, tgt)
+    scored = []  # (alignment, plan, scope problem)
+    for al in alignments:
+        if al.score <= 0:
+            continue
+        plan = _plan(hunk, groups, al, tgt)
+        problem = None
+        if tgt.is_py and plan.error is None:
+            problem = _scope_problem(hunk, groups, plan, al, tgt)
+        scored.append((al, plan, problem))
+    scored.sort(key=lambda x: (-int(x[0].verbatim), -x[0].credit, _line_of(x[0])))
+    candidates = [(_line_of(a), round(a.score, 3)) for a, _, _ in scored[:8]]
+    eligible = [s for s in scored if s[2] is None]
+    rejected = [s for s in scored if s[2] is not None]
+
+    def conflict(msg: str, score: float = 0.0) -> Placement:
+        return Placement(hunk, Verdict.CONFLICT, evidence=msg, score=score, candidates=candidates)
+
+    best = eligible[0] if eligible else None
+    if best is None or best[0].score < MIN_SCORE:
+        applied = _already_applied(hunk, tgt, groups)
+        if applied is not None:
+            applied.candidates = candidates
+            return applied
+        if best is None and rejected:
+            al, _, why = rejected[0]
+            return conflict(f"no acceptable site: best {_describe(al, P)} is in the wrong scope: {why}", al.score)
+        if best is None:
+            return conflict("no site: no line of the hunk's context or removed lines occurs in the target")
+        msg = f"too little agreement: best {_describe(best[0], P)} is below {MIN_SCORE:.2f}"
+        if rejected and rejected[0][0].credit > best[0].credit:
+            msg += f"; a better-matching {_describe(rejected[0][0], P)} is in the wrong scope: {rejected[0][2]}"
+        return conflict(msg, best[0].score)
+    al, plan, _ = best
+    key = _site_key(plan, al)
+    rival = next((s for s in eligible[1:] if _site_key(s[1], s[0]) != key), None)
+    if rival is not None and (al.verbatim == rival[0].verbatim) and al.credit - rival[0].credit < MIN_MARGIN:
+        return conflict(
+            f"ambiguous: {_describe(al, P)} and {_describe(rival[0], P)} agree about equally "
+            f"(credit {al.credit:.2f} vs {rival[0].credit:.2f}; a margin of {MIN_MARGIN} is required)",
+            al.score,
+        )
+    evidence = [_describe(al, P)]
+    if rival is not None:
+        evidence.append(f"runner-up {_describe(rival[0], P)}")
+    if rejected:
+        evidence.append(f"rejected {_describe(rejected[0][0], P)}: {rejected[0][2]}")
+    if plan.error is not None:
+        applied = _already_applied(hunk, tgt, groups)
+        if applied is not None:
+            return applied
+        return conflict(f"{evidence[0]}: {plan.error}", al.score)
+    if plan.indent_note:
+        evidence.append(plan.indent_note)
+
+    landing = plan.edits[0].start + 1 if plan.edits else _line_of(al)
+    scope = _site_scope(tgt, plan.edits[0], groups[0], hunk) if tgt.is_py and plan.edits else None
+    applied_flags = [e.applied for e in plan.edits]
+    if all(applied_flags):
+        return Placement(
+            hunk, Verdict.ALREADY_APPLIED, start=plan.edits[0].start, end=plan.edits[-1].end, replacement=None,
+            landing_line=landing, scope=scope, score=al.score, candidates=candidates,
+            evidence="; ".join(["the target already has the hunk's result"] + evidence),
+        )
+    if any(applied_flags):
+        done = sum(applied_flags)
+        return conflict(
+            f"{evidence[0]}: partly applied already ({done} of {len(applied_flags)} changes are in the target)",
+            al.score,
+        )
+    start = min(e.start for e in plan.edits)
+    end = max(e.end for e in plan.edits)
+    replacement: list[str] = []
+    pos = start
+    for e in sorted(plan.edits, key=lambda e: e.start):
+        replacement.extend(tgt.lines[pos : e.start])
+        replacement.extend(e.lines)
+        pos = e.end
+    replacement.extend(tgt.lines[pos:end])
+
+    verdict = _classify(hunk, al)
+    eof = None
+    last_t = max((t for t in al.mapping if t is not None), default=-1)
+    if (hunk.old_no_newline or hunk.new_no_newline) and (last_t == len(tgt.lines) - 1 or end == len(tgt.lines)):
+        eof = not hunk.new_no_newline
+    return Placement(
+        hunk, verdict, start=start, end=end, replacement=replacement, landing_line=landing, scope=scope,
+        evidence="; ".join(evidence), score=al.score, candidates=candidates, eof_newline=eof,
+    )
+
+
+def _classify(hunk: Hunk, al: _Alignment) -> Verdict:
+    if not al.extras and all(c == _EXACT for c in al.cats):
+        first = al.mapping[0]
+        return Verdict.EXACT if first == hunk.old_start - 1 else Verdict.OFFSET
+    if not al.extras and all(c is not None for c in al.cats):
+        return Verdict.RELOCATED
+    return Verdict.MERGED
+
+
+def _place_without_context(hunk: Hunk, tgt: _Target) -> Placement:
+    """A hunk with no pre-image: only an empty target (or a new file) gives it a place."""
+    added = [tgt.eol(x) for x in hunk.added]
+    if not tgt.lines:
+        return Placement(hunk, Verdict.EXACT, start=0, end=0, replacement=added, landing_line=1,
+                         evidence="empty target: the hunk's lines make the file", score=1.0,
+                         eof_newline=not hunk.new_no_newline)
+    if [_norm(x) for x in tgt.lines] == [_norm(x) for x in hunk.added]:
+        return Placement(hunk, Verdict.ALREADY_APPLIED, start=0, end=len(tgt.lines), landing_line=1,
+                         evidence="the target already is the hunk's post-image", score=1.0)
+    return Placement(hunk, Verdict.CONFLICT,
+                     evidence="the hunk has no context lines, and the target is not empty: nothing anchors it "
+                              "(a line number alone is never enough)")
+
+
+def _already_applied(hunk: Hunk, tgt: _Target, groups: list[_Group]) -> Placement | None:
+    """The hunk's post-image found (unique, agreeing well, every added line present) where its pre-image is not."""
+    Q = hunk.post_image
+    if not hunk.added and not hunk.removed:
+        return None
+    if not Q:
+        # a pure removal with no context: applied when no removed line is left
+        return None
+    # positions of the added lines inside Q
+    added_idx = []
+    k = 0
+    for op, _ in hunk.lines:
+        if op == "+":
+            added_idx.append(k)
+        if op != "-":
+            k += 1
+    als = [a for a in _alignments(Q, tgt) if a.score >= 0.8]
+    if not als:
+        return None
+    als.sort(key=lambda a: (-int(a.verbatim), -a.credit))
+    best = als[0]
+    if any(best.mapping[j] is None for j in added_idx):
+        return None
+    if len(als) > 1 and best.verbatim == als[1].verbatim and best.credit - als[1].credit < MIN_MARGIN:
+        return None
+    if hunk.removed and not added_idx:
+        # pure removal: the context must close up around the removed lines
+        pass
+    ts = [best.mapping[j] for j in added_idx]
+    landing = (ts[0] + 1) if ts else _line_of(best)
+    scope = tgt.layout.scope(ts[0]) if tgt.is_py and ts else None
+    return Placement(
+        hunk, Verdict.ALREADY_APPLIED, start=None, end=None, landing_line=landing, scope=scope,
+        score=best.score,
+        evidence=f"post-image found: {_describe(best, Q)}; the pre-image is not in the target",
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Placing a whole file
 
 
 def place_file(file_patch: FilePatch, target_text: str | None, path: str | None = None) -> FilePlacement:
     """Place every hunk of `file_patch` onto `target_text` (None: the file does not exist) and apply the
     non-conflicting ones. Conflicting hunks are left out of `new_text`; a Python result that no longer parses turns
     every placed hunk of the file into a conflict whose evidence shows the parse error."""
-    raise NotImplementedError
+    path = path or file_patch.path
+    hunks = file_patch.hunks
+    if file_patch.is_new and target_text is None:
+        lines: list[str] = []
+        placements = []
+        for h in hunks:
+            placements.append(Placement(h, Verdict.EXACT, start=len(lines), end=len(lines),
+                                        replacement=list(h.added), landing_line=len(lines) + 1,
+                                        evidence="new file", score=1.0))
+            lines.extend(h.added)
+        final_nl = not (hunks and hunks[-1].new_no_newline)
+        return FilePlacement(file_patch, placements, join_lines(lines, final_nl) if hunks else "")
+    if target_text is None:
+        if file_patch.is_delete:
+            return FilePlacement(file_patch, [
+                Placement(h, Verdict.ALREADY_APPLIED, evidence="the file is already gone") for h in hunks
+            ], None)
+        return FilePlacement(file_patch, [
+            Placement(h, Verdict.CONFLICT, evidence=f"{path} does not exist in the target") for h in hunks
+        ], None)
+    lines, final_nl = split_lines(target_text)
+    if file_patch.is_new:
+        post = [x for h in hunks for x in h.added]
+        if [_norm(x) for x in post] == [_norm(x) for x in lines]:
+            return FilePlacement(file_patch, [
+                Placement(h, Verdict.ALREADY_APPLIED, landing_line=1, evidence="the file already exists with "
+                          "the patch's content") for h in hunks
+            ], target_text)
+        return FilePlacement(file_patch, [
+            Placement(h, Verdict.CONFLICT, evidence=f"the patch creates {path}, but the target already has a "
+                      "different file there") for h in hunks
+        ], target_text)
+    if file_patch.is_delete:
+        pre = [x for h in hunks for x in h.pre_image]
+        if [_strip_cr(x) for x in pre] == [_strip_cr(x) for x in lines]:
+            return FilePlacement(file_patch, [
+                Placement(h, Verdict.EXACT, start=0, end=len(lines), replacement=[], landing_line=1,
+                          evidence="deleted file matches the patch exactly", score=1.0) for h in hunks
+            ], None)
+        return FilePlacement(file_patch, [
+            Placement(h, Verdict.CONFLICT, evidence=f"the patch deletes {path}, but the target's content differs "
+                      "from what the patch removes") for h in hunks
+        ], target_text)
+
+    tgt = _Target(lines, path)
+    placements = [_place(h, tgt) for h in hunks]
+    _resolve_overlaps(placements)
+    text, regions = _assemble(tgt, final_nl, placements)
+    perr = None
+    if tgt.is_py:
+        for _ in range(len(placements) + 1):
+            err = parse_error(_strip_all_cr(text), path)
+            if err is None:
+                break
+            if perr is None and parse_error(_strip_all_cr(target_text), path) is not None:
+                break  # the target did not parse to begin with: not the hunks' doing
+            line, msg = err
+            perr = f"line {line}: {msg}"
+            guilty = [p for p, (s, e) in regions if s <= line <= max(e, s)]
+            if not guilty:
+                guilty = [p for p, _ in regions]
+            for p in guilty:
+                where = f"the file no longer parses with this hunk: line {line}: {msg}"
+                _to_conflict(p, where)
+            text, regions = _assemble(tgt, final_nl, placements)
+    return FilePlacement(file_patch, placements, text, perr)
+
+
+def _strip_all_cr(text: str) -> str:
+    return text.replace("\r\n", "\n")
+
+
+def _to_conflict(p: Placement, why: str) -> None:
+    p.evidence = f"{why}; was: {p.verdict.value}: {p.evidence}"
+    p.verdict = Verdict.CONFLICT
+    p.replacement = None
+
+
+def _resolve_overlaps(placements: list[Placement]) -> None:
+    taken: list[tuple[int, int, int]] = []
+    for p in placements:
+        if p.verdict is Verdict.CONFLICT or p.replacement is None or p.start is None:
+            continue
+        s, e = p.start, p.end
+        clash = None
+        for ts, te, idx in taken:
+            if (s < te and ts < e) or (s == e and ts < s < te) or (ts == te and s < ts < e):
+                clash = idx
+                break
+        if clash is not None:
+            _to_conflict(p, f"overlaps hunk {clash}, placed at the same target lines")
+            continue
+        taken.append((s, e, p.hunk.index))
+
+
+def _assemble(
+    tgt: _Target, final_nl: bool, placements: list[Placement]
+) -> tuple[str, list[tuple[Placement, tuple[int, int]]]]:
+    """Apply the placed hunks; returns the text and each applied placement's 1-based line span in it."""
+    applied = sorted(
+        (p for p in placements if p.verdict is not Verdict.CONFLICT and p.replacement is not None),
+        key=lambda p: (p.start, p.end, p.hunk.index),
+    )
+    out: list[str] = []
+    regions: list[tuple[Placement, tuple[int, int]]] = []
+    pos = 0
+    eof = final_nl
+    for p in applied:
+        out.extend(tgt.lines[pos : p.start])
+        s = len(out) + 1
+        out.extend(p.replacement)
+        regions.append((p, (s, len(out))))
+        pos = p.end
+        if p.eof_newline is not None:
+            eof = p.eof_newline
+    out.extend(tgt.lines[pos:])
+    return join_lines(out, eof), regions

@@ -1,11 +1,109 @@
-"""What encloses a line: the class/def chain and the syntactic role of a position (Python syntax tree).
+"""What encloses a line: the class/def chain, the syntactic role of a position, and the if/elif/else branch.
 
-INTERFACE DRAFT (to be implemented).
+Placement asks two questions about a candidate site, and this module answers both the same way for a whole target
+file and for the fragment of code a diff hunk shows:
+
+1. *Role* — the innermost syntactic container of a position.  A small lexer (`PythonLayout`) walks the lines with
+   one regular expression, skipping strings and comments, and keeps the stack of open brackets at the start of each
+   physical line.  The innermost open bracket names the role, classified from the text just before it:
+
+   ======================  =================================================
+   opener                  role
+   ======================  =================================================
+   ``def name(``           ``parameters``
+   ``class Name(``         ``class-bases``
+   ``import (``            ``import-names``
+   ``name(`` ``x)(``       ``call-arguments``
+   any other ``(``         ``tuple`` (parenthesised expression or tuple)
+   ``name[`` ``x)[``       ``subscript``
+   any other ``[``         ``list``
+   ``{`` with a ``:``      ``dict`` (else ``set``)
+   ======================  =================================================
+
+   Outside any bracket the role is ``string`` inside a multi-line string, else ``block`` (``module`` at top level).
+   Roles fall in classes — ``(``, ``[``, ``{``, ``stmt``, ``string`` — so that a hunk which shows only a closing
+   ``)`` can still say "inside some parentheses" (see `HunkIntent`).
+
+2. *Enclosing headers* — for a statement at indentation *I* before line *i*, walking back over the logical lines
+   (lines that start a statement: no open bracket, not inside a string, not after a backslash) collects each line
+   with a smaller indentation than the last one found.  In valid Python those are exactly the compound-statement
+   headers that enclose the position (``def``, ``class``, ``if``, ``elif``, ``else``, ``try``, ``except``, ``with``,
+   ``for`` ...).  ``def``/``class`` headers make the *chain*; the innermost ``if``/``elif``/``else``/``try``/
+   ``except``/``finally``/``case`` header is the *branch*.  An ``else``/``elif`` header is keyed with the ``if`` that
+   owns it (``else|if x == 10``) so two ``else:`` of different ``if`` statements never compare equal.  For a
+   position inside brackets, the headers are those of the statement that opened the outermost bracket.
+
+The same indentation walk is deliberately used instead of the `ast` node spans: it gives an answer for the few lines
+of a hunk (which do not parse on their own) and for the gap *between* two lines, where what encloses an inserted
+statement depends only on the indentation it will be written with.  `ast` is used to decide whether a file parses
+(`scope_at` returns None for a file that does not).
+
+How placement infers what a hunk intends (`HunkIntent`), from the hunk's own lines and its ``@@`` section text:
+
+- Role: lex the hunk's lines before the change; an open bracket there names the role exactly (``foo(`` ...
+  change → ``call-arguments``).  If none is open, lex the lines after the change: the first closing bracket without
+  an opener names the role class (a ``)`` → "inside some parentheses"; ``) -> T:`` → ``parameters``).  If neither,
+  the change sits at statement level.  A fragment that ends inside a string (the hunk started inside a docstring)
+  says nothing about its role.
+- Headers: the enclosing-header walk run on the hunk's lines; each header the hunk shows must enclose the site in
+  the target too, in the same order (the target may add enclosing headers, e.g. a new ``with`` block).
+- Section: a ``@@ ... @@ def name(`` / ``class Name`` section text names the def/class that precedes the hunk's
+  first line (git's python diff driver: the last ``def``/``class`` line above; git's default driver: the last
+  unindented line).  `SectionIndex` computes both for any target line; the site is acceptable when either names
+  the same def/class.
 """
 
 from __future__ import annotations
 
+import ast
+import keyword
+import re
 from dataclasses import dataclass
+
+# One regular expression finds everything the lexer cares about on a physical line.  Order matters: a string or a
+# comment that starts earlier hides the brackets inside it.
+_TOKEN = re.compile(
+    r"""(?P<s3>(?<![\w])[rRbBuUfF]{0,2}(?:\"\"\"|'''))"""
+    r"""|(?P<s1>(?<![\w])[rRbBuUfF]{0,2}(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'))"""
+    r"""|(?P<c>\#)"""
+    r"""|(?P<o>[(\[{])"""
+    r"""|(?P<x>[)\]}])"""
+    r"""|(?P<colon>:)"""
+    r"""|(?P<bs>\\$)"""
+)
+_CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
+_OPENER_OF = {")": "(", "]": "[", "}": "{"}
+_ROLE_CLASS = {
+    "parameters": "(",
+    "call-arguments": "(",
+    "tuple": "(",
+    "import-names": "(",
+    "class-bases": "(",
+    "list": "[",
+    "subscript": "[",
+    "dict": "{",
+    "set": "{",
+    "block": "stmt",
+    "module": "stmt",
+    "string": "string",
+}
+_COMPOUND = {
+    "if", "elif", "else", "for", "while", "try", "except", "finally", "with", "def", "class", "async", "match",
+    "case",
+}
+_BRANCH = {"if", "elif", "else", "try", "except", "finally", "case"}
+_DEF_RE = re.compile(r"^\s*(?:async\s+)?(def|class)\s+(\w+)")
+_PY_SECTION_RE = re.compile(r"^[ \t]*((class|(async[ \t]+)?def)[ \t].*)$")
+_DEFAULT_SECTION_RE = re.compile(r"^[A-Za-z_$]")
+_TAIL_DEF = re.compile(r"\b(def|class)\s+\w+\s*$")
+_TAIL_WORD = re.compile(r"(\w+)\s*$")
+
+
+def role_class(role: str | None) -> str | None:
+    """The class of a role: "(", "[", "{", "stmt" or "string" (None for an unknown role)."""
+    if role is None:
+        return None
+    return _ROLE_CLASS.get(role, role)
 
 
 @dataclass(frozen=True)
@@ -17,11 +115,14 @@ class Scope:
           "list", "tuple", "dict", "set", "subscript", "import-names", "string", "decorator", ... .
     branch: which branch of the innermost enclosing if/elif/else (or try/except, match/case) the line is in, named
             by the branch's test text, e.g. "if capability.major == 10" / "else"; None outside any branch.
+    headers: every enclosing compound-statement header, innermost first, as comparison keys
+             (e.g. "else|if capability.major == 10", "if use_mla", "def _get_backend_priorities").
     """
 
     chain: tuple[str, ...] = ()
     role: str = "module"
     branch: str | None = None
+    headers: tuple[str, ...] = ()
 
     def describe(self) -> str:
         where = ".".join(c.split()[-1] for c in self.chain) or "<module>"
@@ -30,7 +131,397 @@ class Scope:
             text += f" in branch `{self.branch}`"
         return text
 
+    def to_json(self) -> dict:
+        """The scope as a JSON-ready dict."""
+        return {"chain": list(self.chain), "role": self.role, "branch": self.branch}
+
+
+class _Frame:
+    """One open bracket: its character, its role, and the statement line that opened it."""
+
+    __slots__ = ("char", "role", "line", "stmt_line", "parent")
+
+    def __init__(self, char: str, role: str, line: int, stmt_line: int, parent: _Frame | None) -> None:
+        self.char = char
+        self.role = role
+        self.line = line
+        self.stmt_line = stmt_line
+        self.parent = parent
+
+
+def _indent_width(line: str) -> int:
+    width = 0
+    for ch in line:
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            width = (width // 8 + 1) * 8
+        elif ch == "\f":
+            width = 0
+        else:
+            break
+    return width
+
+
+def _opener_role(char: str, before: str) -> str:
+    """Classify an opening bracket from the text that precedes it on its line."""
+    before = before.rstrip()
+    if char == "{":
+        return "set"  # becomes "dict" when a ':' shows up at its depth
+    if char == "(":
+        if _TAIL_DEF.search(before):
+            return "class-bases" if re.search(r"\bclass\s+\w+\s*$", before) else "parameters"
+        if re.search(r"\bimport\s*$", before):
+            return "import-names"
+    if before and before[-1] in ")]}\"'":
+        return "call-arguments" if char == "(" else "subscript"
+    m = _TAIL_WORD.search(before)
+    if m and not keyword.iskeyword(m.group(1)) and not m.group(1)[0].isdigit():
+        return "call-arguments" if char == "(" else "subscript"
+    return "tuple" if char == "(" else "list"
+
+
+def _header_key(text: str) -> str:
+    """Comparison key of a header line: whitespace collapsed, trailing comment and colon dropped."""
+    text = text.split("#", 1)[0] if "#" in text and "'" not in text and '"' not in text else text
+    text = " ".join(text.split())
+    if text.endswith(":"):
+        text = text[:-1].rstrip()
+    return text
+
+
+class PythonLayout:
+    """Per-line lexical facts of Python source (a whole file or a hunk's fragment).
+
+    For every physical line: the open-bracket stack at its start, whether it starts inside a multi-line string,
+    whether it starts a logical line carrying code, and its indentation width.  Closing brackets that had no
+    opener (a fragment that starts inside a call) are recorded in `unmatched_closers`.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+        n = len(self.lines)
+        #: innermost open bracket at the start of each line (index n: at the end of the text)
+        self.frame_at: list[_Frame | None] = [None] * (n + 1)
+        #: the line starts inside a multi-line string
+        self.in_string_at: list[bool] = [False] * (n + 1)
+        #: the line starts a statement (a logical line) and carries code (not blank, not only a comment)
+        self.code_start: list[bool] = [False] * n
+        self.indent: list[int] = [0] * n
+        #: (line, char) of every closing bracket that matched nothing
+        self.unmatched_closers: list[tuple[int, str]] = []
+        self._lex()
+
+    def _lex(self) -> None:
+        frame: _Frame | None = None
+        string_end: str | None = None  # the closing delimiter of the open multi-line string
+        continued = False
+        for i, line in enumerate(self.lines):
+            self.frame_at[i] = frame
+            self.in_string_at[i] = string_end is not None
+            pos = 0
+            if string_end is not None:
+                end = _find_close(line, 0, string_end)
+                if end < 0:
+                    continue
+                string_end = None
+                pos = end
+            else:
+                stripped = line.lstrip()
+                if frame is None and not continued and stripped and not stripped.startswith("#"):
+                    self.code_start[i] = True
+                    self.indent[i] = _indent_width(line)
+            continued = False
+            while True:
+                m = _TOKEN.search(line, pos)
+                if m is None:
+                    break
+                kind = m.lastgroup
+                pos = m.end()
+                if kind == "s3":
+                    delim = m.group()[-3:]
+                    end = _find_close(line, pos, delim)
+                    if end < 0:
+                        string_end = delim
+                        break
+                    pos = end
+                elif kind == "c":
+                    break
+                elif kind == "o":
+                    stmt_line = frame.stmt_line if frame is not None else self._stmt_line(i)
+                    frame = _Frame(m.group(), _opener_role(m.group(), line[: m.start()]), i, stmt_line, frame)
+                elif kind == "x":
+                    if frame is not None and _CLOSER_OF[frame.char] == m.group():
+                        frame = frame.parent
+                    elif frame is None:
+                        self.unmatched_closers.append((i, m.group()))
+                    else:
+                        frame = frame.parent  # mismatched closer: recover by popping
+                elif kind == "colon":
+                    if frame is not None and frame.char == "{" and frame.role == "set":
+                        frame.role = "dict"
+                elif kind == "bs":
+                    continued = True
+        self.frame_at[len(self.lines)] = frame
+        self.in_string_at[len(self.lines)] = string_end is not None
+
+    def _stmt_line(self, i: int) -> int:
+        """The line that starts the logical line containing line i (i is outside brackets here)."""
+        j = i
+        while j > 0 and not self.code_start[j] and self.lines[j].strip() and not self.in_string_at[j]:
+            j -= 1
+        return j
+
+    # --- queries ------------------------------------------------------------------------------------------------
+
+    def role_at(self, i: int, indent: int | None = None) -> str:
+        """Role of a position at the start of line i (0-based; i == len(lines) is the end of the text)."""
+        frame = self.frame_at[i]
+        if frame is not None:
+            return frame.role
+        if self.in_string_at[i]:
+            return "string"
+        if indent is None:
+            indent = self.indent[i] if i < len(self.lines) and self.code_start[i] else 0
+        return "module" if indent == 0 else "block"
+
+    def outer_frame(self, i: int) -> _Frame | None:
+        frame = self.frame_at[i]
+        while frame is not None and frame.parent is not None:
+            frame = frame.parent
+        return frame
+
+    def header_lines(self, i: int, indent: int, stop: int = 0) -> list[int]:
+        """Lines of the compound-statement headers enclosing a statement at `indent` placed before line i,
+        innermost first (walks back no further than line `stop`)."""
+        found: list[int] = []
+        bound = indent
+        j = min(i, len(self.lines)) - 1
+        while j >= stop and bound > 0:
+            if self.code_start[j] and self.indent[j] < bound:
+                found.append(j)
+                bound = self.indent[j]
+            j -= 1
+        return found
+
+    def header_key(self, j: int, stop: int = 0) -> str:
+        """Comparison key of header line j; an else/elif is keyed with the `if` that owns it."""
+        text = self.lines[j].strip()
+        key = _header_key(text)
+        first = text.split(None, 1)[0].rstrip(":") if text else ""
+        if first in ("else", "elif"):
+            owner = self.owner_if(j, stop)
+            if owner is not None:
+                key += "|" + _header_key(self.lines[owner].strip())
+        return key
+
+    def owner_if(self, j: int, stop: int = 0) -> int | None:
+        """The `if` (or `try`/`for`/`while`) line that an `else`/`elif`/`except` at line j belongs to."""
+        ind = self.indent[j]
+        k = j - 1
+        while k >= stop:
+            if self.code_start[k] and self.indent[k] <= ind:
+                if self.indent[k] < ind:
+                    return None
+                word = self.lines[k].strip().split(None, 1)[0].rstrip(":")
+                if word in ("if", "try", "for", "while"):
+                    return k
+                if word not in ("elif", "else", "except"):
+                    return None
+            k -= 1
+        return None
+
+    def is_header(self, j: int) -> bool:
+        text = self.lines[j].strip()
+        word = re.split(r"[\s:(]", text, 1)[0]
+        if word not in _COMPOUND:
+            return False
+        if word in ("match", "case"):
+            return text.rstrip().endswith(":")
+        return True
+
+    def scope(self, i: int, indent: int | None = None, stop: int = 0) -> Scope:
+        """Scope of a position at the start of line i for a statement written at `indent` (default: line i's own
+        indentation).  Inside brackets the headers are those of the statement that opened the outermost one."""
+        role = self.role_at(i, indent)
+        outer = self.outer_frame(i)
+        if outer is not None:
+            at, ind = outer.stmt_line, self.indent[outer.stmt_line]
+            heads = self.header_lines(at, ind, stop)
+        else:
+            if indent is None:
+                indent = self.indent[i] if i < len(self.lines) and self.code_start[i] else 0
+            heads = self.header_lines(i, indent, stop)
+        heads = [j for j in heads if self.is_header(j)]
+        keys = tuple(self.header_key(j, stop) for j in heads)
+        if outer is not None and _DEF_RE.match(self.lines[outer.stmt_line]):
+            heads = [outer.stmt_line] + heads  # inside a signature or class bases: that def/class encloses it
+        chain: list[str] = []
+        branch: str | None = None
+        for j in heads:
+            m = _DEF_RE.match(self.lines[j])
+            if m:
+                chain.append(f"{m.group(1)} {m.group(2)}")
+            elif branch is None and not chain:
+                word = re.split(r"[\s:(]", self.lines[j].strip(), 1)[0]
+                if word in _BRANCH:
+                    branch = _header_key(self.lines[j].strip())
+        return Scope(chain=tuple(reversed(chain)), role=role, branch=branch, headers=keys)
+
+
+def _find_close(line: str, pos: int, delim: str) -> int:
+    """End offset of the closing `delim` of a string that continues at `pos`, or -1 when the line ends first."""
+    while True:
+        k = line.find(delim, pos)
+        if k < 0:
+            return -1
+        # a delimiter preceded by an odd number of backslashes is escaped
+        b = k - 1
+        while b >= pos and line[b] == "\\":
+            b -= 1
+        if (k - 1 - b) % 2 == 0:
+            return k + len(delim)
+        pos = k + 1
+
+
+class SectionIndex:
+    """For every line, the `@@` section text git would print for a hunk starting there (both diff drivers)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        n = len(lines)
+        self.py_section: list[int] = [-1] * (n + 1)
+        self.default_section: list[int] = [-1] * (n + 1)
+        last_py = last_default = -1
+        for i, line in enumerate(lines):
+            self.py_section[i] = last_py
+            self.default_section[i] = last_default
+            if _PY_SECTION_RE.match(line):
+                last_py = i
+            if _DEFAULT_SECTION_RE.match(line):
+                last_default = i
+        self.py_section[n] = last_py
+        self.default_section[n] = last_default
+
+    def names_at(self, i: int) -> list[str]:
+        """def/class names a hunk whose first line is line i (0-based) would carry in its section text."""
+        names = []
+        for j in (self.py_section[max(0, min(i, len(self.lines)))], self.default_section[max(0, min(i, len(self.lines)))]):
+            if j >= 0:
+                m = _DEF_RE.match(self.lines[j])
+                if m:
+                    names.append(m.group(2))
+        return names
+
+
+def section_name(section: str) -> str | None:
+    """The def/class name a hunk's `@@` section text names, or None when it names none."""
+    m = _DEF_RE.match(section or "")
+    return m.group(2) if m else None
+
+
+@dataclass
+class HunkIntent:
+    """What a hunk's own lines say about the site of one change: role, role class, enclosing headers.
+
+    `role` is exact when the hunk shows the opening bracket; otherwise only `klass` is known ("(" for a hunk that
+    shows just the closing ")"). `headers` are the enclosing header keys the hunk shows, innermost first.
+    """
+
+    role: str | None
+    klass: str | None
+    headers: tuple[str, ...]
+    evidence: str = ""
+
+    def accepts(self, scope: Scope) -> str | None:
+        """None when `scope` agrees with this intent, else the reason it does not."""
+        if self.klass is not None:
+            got = role_class(scope.role)
+            if self.role is not None and self.role != scope.role and not (
+                {self.role, scope.role} <= {"block", "module"}
+            ):
+                return f"role: hunk puts the change in {self.role} ({self.evidence}), target site is {scope.role}"
+            if self.role is None and got != self.klass:
+                return f"role: hunk puts the change inside {_klass_words(self.klass)} ({self.evidence}), " \
+                       f"target site is {scope.role}"
+        k = 0
+        for h in self.headers:
+            while k < len(scope.headers) and not _same_header(h, scope.headers[k]):
+                k += 1
+            if k == len(scope.headers):
+                return f"scope: hunk shows the change under `{h.replace('|', ' of ')}`, target site is under " \
+                       + (", ".join(f"`{x.replace('|', ' of ')}`" for x in scope.headers) or "no header")
+            k += 1
+        return None
+
+
+def _same_header(hunk_key: str, target_key: str) -> bool:
+    """Header keys agree; an else/elif whose owning `if` the hunk does not show matches any owner."""
+    if hunk_key == target_key:
+        return True
+    return "|" not in hunk_key and target_key.split("|", 1)[0] == hunk_key
+
+
+def _klass_words(klass: str) -> str:
+    return {"(": "parentheses", "[": "square brackets", "{": "braces", "stmt": "a statement block"}.get(
+        klass, klass
+    )
+
+
+def hunk_intent(before: list[str], change: list[str], after: list[str]) -> HunkIntent:
+    """Infer the intended role and headers of a change from the hunk lines around it.
+
+    before: hunk lines (context, already-present) before the change; change: the change's own lines (added lines,
+    or removed lines for a pure removal); after: hunk lines after it.
+    """
+    lay = PythonLayout(before + change + after)
+    n_before = len(before)
+    if lay.in_string_at[len(lay.lines)]:
+        return HunkIntent(None, None, (), "hunk ends inside a string; role unknown")
+    first_code = next((ln for ln in change if ln.strip() and not ln.strip().startswith("#")), None)
+    indent = _indent_width(first_code) if first_code is not None else None
+    frame = lay.frame_at[n_before]
+    if frame is not None:
+        outer = frame
+        while outer.parent is not None:
+            outer = outer.parent
+        heads = [j for j in lay.header_lines(outer.stmt_line, lay.indent[outer.stmt_line]) if lay.is_header(j)]
+        return HunkIntent(
+            frame.role, role_class(frame.role), tuple(lay.header_key(j) for j in heads),
+            f"opened at `{lay.lines[frame.line].strip()}`",
+        )
+    if lay.in_string_at[n_before]:
+        return HunkIntent("string", "string", (), "inside a string")
+    # No bracket open before the change: a closing bracket after it that matches nothing says we are inside one.
+    after_lay = PythonLayout(change + after) if change or after else None
+    if after_lay is not None and after_lay.unmatched_closers and not after_lay.in_string_at[len(after_lay.lines)]:
+        line_no, char = after_lay.unmatched_closers[0]
+        text = after_lay.lines[line_no].strip()
+        role = "parameters" if char == ")" and re.match(r"^\)\s*->", text) else None
+        return HunkIntent(role, _OPENER_OF[char], (), f"closed by `{text}` after the change")
+    if indent is None:
+        return HunkIntent(None, None, (), "change has no code line")
+    heads = [j for j in lay.header_lines(n_before, indent) if lay.is_header(j)]
+    return HunkIntent(
+        None, "stmt", tuple(lay.header_key(j) for j in heads), "statement level (no open bracket around it)"
+    )
+
+
+def parse_error(text: str, path: str = "<file>") -> tuple[int, str] | None:
+    """(1-based line, message) of the first syntax error in Python source `text`, or None when it parses."""
+    try:
+        ast.parse(text, filename=path)
+    except SyntaxError as e:
+        return (e.lineno or 0, e.msg or "invalid syntax")
+    except (ValueError, MemoryError, RecursionError) as e:
+        return (0, str(e))
+    return None
+
 
 def scope_at(lines: list[str], line_no: int) -> Scope | None:
     """Scope of 1-based `line_no` in a Python file given as lines; None when the file does not parse."""
-    raise NotImplementedError
+    if parse_error("\n".join(ln[:-1] if ln.endswith("\r") else ln for ln in lines)) is not None:
+        return None
+    lay = PythonLayout(lines)
+    i = max(0, min(line_no - 1, len(lines)))
+    return lay.scope(i)

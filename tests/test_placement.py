@@ -1,0 +1,142 @@
+"""Placement engine: case folders (stock file, patch, expected verdicts and result), unit checks, and the real-data
+acceptance run of the two pinned upstream PRs onto vLLM 0.26.0 (skipped when those files are absent)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_compose.patchfile import decode_text, parse_patch, split_lines
+from vllm_compose.placement import Verdict, place_file, place_hunk
+
+CASES = Path(__file__).parent / "cases" / "placement"
+CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir()) if CASES.is_dir() else []
+
+V0260 = Path("/tmp/v0260/vllm-0.26.0")
+PR46994 = Path("/tmp/sources/pr46994-vllm-only.diff")
+PR38476 = Path("/tmp/sources/pr38476-vllm-only.diff")
+
+
+def _one(folder: Path, stem: str) -> Path | None:
+    found = sorted(folder.glob(f"{stem}.*"))
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
+def test_case_folder(case: Path) -> None:
+    """Each folder: target.<ext> (absent for a new file), patch.diff (one file), expected.json, expected.<ext>."""
+    expected = json.loads((case / "expected.json").read_text())
+    patch = parse_patch((case / "patch.diff").read_bytes(), name=f"{case.name}/patch.diff")
+    assert len(patch.files) == 1, "a case holds a one-file patch"
+    target_file = _one(case, "target")
+    target = decode_text(target_file.read_bytes()) if target_file else None
+    result = place_file(patch.files[0], target, patch.files[0].path)
+
+    got = [{"hunk": p.hunk.index, "verdict": p.verdict.value, "landing_line": p.landing_line}
+           for p in result.placements]
+    want = [{"hunk": h["hunk"], "verdict": h["verdict"], "landing_line": h.get("landing_line")}
+            for h in expected["hunks"]]
+    evidence = "\n".join(f"hunk {p.hunk.index}: {p.evidence}" for p in result.placements)
+    assert got == want, evidence
+    for p, h in zip(result.placements, expected["hunks"]):
+        for needle in h.get("evidence_contains", []):
+            assert needle in p.evidence, f"hunk {p.hunk.index}: {needle!r} not in {p.evidence!r}"
+        if "scope" in h:
+            assert p.scope is not None and p.scope.describe() == h["scope"], p.scope
+    if expected.get("deleted"):
+        assert result.new_text is None
+        return
+    result_file = _one(case, "expected")
+    result_file = result_file if result_file and result_file.name != "expected.json" else None
+    if result_file is None:
+        # everything conflicted: the target is left as it was
+        assert all(p.verdict is Verdict.CONFLICT for p in result.placements)
+        assert result.new_text == target
+    else:
+        assert result.new_text == decode_text(result_file.read_bytes()), evidence
+    if "parse_error" in expected:
+        assert (result.parse_error is not None) == bool(expected["parse_error"])
+
+
+def test_case_folders_exist() -> None:
+    assert len(CASE_DIRS) >= 10
+
+
+def test_place_hunk_on_lines() -> None:
+    """place_hunk works on a bare line list and reports the window it replaces."""
+    diff = "--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,4 @@\n import os\n+import re\n import sys\n \n"
+    hunk = parse_patch(diff).files[0].hunks[0]
+    target = ["import os", "import sys", "", "print(os, sys)"]
+    p = place_hunk(hunk, target, "m.py")
+    assert p.verdict is Verdict.EXACT
+    assert (p.start, p.end, p.replacement, p.landing_line) == (1, 1, ["import re"], 2)
+    assert p.scope is not None and p.scope.role == "module"
+
+
+def test_no_context_hunk_on_nonempty_target_conflicts() -> None:
+    diff = "--- a/m.txt\n+++ b/m.txt\n@@ -3,0 +4 @@\n+new\n"
+    hunk = parse_patch(diff).files[0].hunks[0]
+    p = place_hunk(hunk, ["a", "b", "c", "d"], "m.txt")
+    assert p.verdict is Verdict.CONFLICT
+    assert "no context" in p.evidence
+
+
+def _real_data_available() -> bool:
+    return V0260.is_dir() and PR46994.is_file() and PR38476.is_file()
+
+
+@pytest.mark.skipif(not _real_data_available(), reason="needs /tmp/v0260/vllm-0.26.0 and /tmp/sources/pr*.diff "
+                    "(the unpacked vLLM 0.26.0 sdist and the two pinned upstream PR diffs)")
+def test_real_prs_onto_vllm_0_26_0() -> None:
+    """The four hunks GNU `patch --fuzz=3` misplaced are placed right or conflict; the rest place; all parse."""
+    files: dict[str, str] = {}
+    verdicts: dict[tuple[str, int], object] = {}
+    for diff in (PR46994, PR38476):
+        for fp in parse_patch(diff.read_bytes(), name=diff.name).files:
+            text = files.get(fp.path)
+            if text is None and fp.old_path and (V0260 / fp.old_path).is_file():
+                text = decode_text((V0260 / fp.old_path).read_bytes())
+            res = place_file(fp, text, fp.path)
+            assert res.parse_error is None, (fp.path, res.parse_error)
+            for p in res.placements:
+                verdicts[(fp.path, p.hunk.index)] = p
+            if res.new_text is not None:
+                files[fp.path] = res.new_text
+
+    spec = "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py"
+    lines, _ = split_lines(files[spec])
+    # hunk 4: keyword argument inside the call to _multi_step_decode, before its closing parenthesis
+    call = next(i for i, ln in enumerate(lines) if ln.strip() == "self._multi_step_decode(")
+    close = next(i for i in range(call, len(lines)) if lines[i].strip() == ")")
+    assert verdicts[(spec, 4)].verdict in (Verdict.MERGED, Verdict.CONFLICT)
+    if verdicts[(spec, 4)].verdict is Verdict.MERGED:
+        assert lines[close - 1].strip() == "intermediate_tensors=intermediate_tensors,"
+    # hunk 9: parameter inside the signature of _multi_step_decode, not the first statement of its body
+    sig = next(i for i, ln in enumerate(lines) if ln.strip() == "def _multi_step_decode(")
+    end = next(i for i in range(sig, len(lines)) if lines[i].strip().startswith(") ->"))
+    assert verdicts[(spec, 9)].verdict in (Verdict.MERGED, Verdict.CONFLICT)
+    if verdicts[(spec, 9)].verdict is Verdict.MERGED:
+        assert lines[end - 1].strip() == "intermediate_tensors: IntermediateTensors | None = None,"
+        assert "intermediate_tensors" not in lines[end + 1]
+
+    sai = "vllm/model_executor/layers/sparse_attn_indexer.py"
+    h3 = verdicts[(sai, 3)]
+    if h3.verdict is not Verdict.CONFLICT:
+        assert h3.scope is not None and h3.scope.chain == ("def sparse_attn_indexer",)
+    for k in (4, 5, 6):
+        assert verdicts[(sai, k)].verdict is Verdict.CONFLICT
+    for k in (1, 2):
+        assert verdicts[(sai, k)].ok
+
+    cuda = verdicts[("vllm/platforms/cuda.py", 1)]
+    if cuda.verdict is not Verdict.CONFLICT:
+        clines, _ = split_lines(files["vllm/platforms/cuda.py"])
+        at = next(i for i, ln in enumerate(clines) if "TRITON_MLA_SPARSE," in ln)
+        assert not any("major == 10" in clines[k] for k in range(at - 12, at))
+
+    hazards = {(spec, 4), (spec, 9), (sai, 3), (sai, 4), (sai, 5), (sai, 6), ("vllm/platforms/cuda.py", 1)}
+    others = [p for key, p in verdicts.items() if key not in hazards]
+    assert len(others) >= 45
+    assert all(p.ok for p in others), [(p.hunk.index, p.evidence) for p in others if not p.ok]
