@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict] = []
     per_target = [args.cases // len(args.targets) + (1 if i < args.cases % len(args.targets) else 0) for i in range(len(args.targets))]
     with Workbench() as bench:
-        for version, n in zip(args.targets, per_target):
+        for version, n in zip(args.targets, per_target, strict=True):
             target = SdistSource.load(version, fetch_sdist(version))
             cases = choose_cases(source.files, target.files, n, args.seed, label=version)
             print(f"{args.source} -> {version}: {len(cases)} cases", flush=True)

@@ -169,11 +169,13 @@ def choose_cases(
             break
         sites = find_sites(source[path])
         rng.shuffle(sites)
-        # sites whose diff window touches a line the target lacks are the likely drifted ones; once the
-        # undrifted quota of a kind is full, only those are worth building
-        target_lines = set(target[path].split("\n"))
+        # a site whose surrounding lines no longer occur together in the target is a likely drifted case; once
+        # the undrifted quota of a kind is full, only those are worth building
         source_lines = source[path].split("\n")
-        changed = {i + 1 for i, line in enumerate(source_lines) if line not in target_lines}
+        target_lines = target[path].split("\n")
+        target_at: dict[str, list[int]] = {}
+        for i, line in enumerate(target_lines):
+            target_at.setdefault(line, []).append(i)
         taken = 0
         # bounded tries per file: a file whose sites all fall into full quotas should not eat the time budget
         for site in sites[: per_file * 8]:
@@ -181,7 +183,9 @@ def choose_cases(
                 break
             if all(used[(d, site.kind)] >= limit[(d, site.kind)] for d in ("drifted", "undrifted")):
                 continue
-            near = any(site.line + k in changed for k in range(-4, 5))
+            lo = max(0, site.line - 5)
+            window = source_lines[lo : site.line + 4]
+            near = not any(target_lines[j : j + len(window)] == window for j in target_at.get(window[0], ()))
             if not near and used[("undrifted", site.kind)] >= limit[("undrifted", site.kind)]:
                 continue
             n = len(cases) + 1
