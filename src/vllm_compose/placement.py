@@ -80,6 +80,8 @@ _MAX_VOTER_HITS = 24
 #: most forced alignments computed per hunk
 _MAX_HITS = 48
 _EXTRA_COST = 0.02
+#: extra cost of each run of extra target lines: one block of foreign lines is likelier than many scattered ones
+_RUN_COST = 0.1
 
 _EXACT, _EOL, _WS, _INDENT = "exact", "line-end", "whitespace", "indentation"
 _CREDIT = {_EXACT: 1.0, _EOL: 0.9, _WS: 0.9, _INDENT: 0.75}
@@ -248,6 +250,9 @@ class _Alignment:
     def verbatim(self) -> bool:
         return not self.extras and all(c in (_EXACT, _EOL) for c in self.cats)
 
+    def overlaps(self, other: _Alignment) -> bool:
+        return not {t for t in self.mapping if t is not None}.isdisjoint(t for t in other.mapping if t is not None)
+
     @property
     def first(self) -> tuple[int, int] | None:
         for j, t in enumerate(self.mapping):
@@ -319,7 +324,8 @@ def _finish(P: list[str], W: list[float], total: float, tgt: _Target, mapping: l
     if matched:
         used = set(matched)
         extras = [t for t in range(matched[0], matched[-1] + 1) if t not in used]
-    credit -= _EXTRA_COST * len(extras)
+    runs = sum(1 for k, t in enumerate(extras) if k == 0 or extras[k - 1] != t - 1)
+    credit -= _EXTRA_COST * len(extras) + _RUN_COST * runs
     return _Alignment(mapping, cats, credit, max(0.0, credit / total) if total else 0.0, extras)
 
 
@@ -563,6 +569,21 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
     return _Plan(edits, None, "; ".join(notes))
 
 
+def _approximate_plan(groups: list[_Group], al: _Alignment) -> _Plan | None:
+    """Where the changes of a site that cannot be merged would go (for its scope check only)."""
+    edits = []
+    m = len(al.mapping)
+    for g in groups:
+        removed = [al.mapping[j] for j in range(g.a, g.b) if al.mapping[j] is not None]
+        prev = al.mapping[g.a - 1] if g.a > 0 else None
+        nxt = al.mapping[g.b] if g.b < m else None
+        at = removed[0] if removed else (prev + 1 if prev is not None else nxt)
+        if at is None:
+            return None
+        edits.append(_Edit(at, at, list(g.added), False))
+    return _Plan(edits)
+
+
 def _site_key(plan: _Plan, al: _Alignment) -> tuple:
     if plan.error is None:
         return tuple((e.start, e.end) for e in plan.edits)
@@ -614,7 +635,7 @@ def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment
 
 def _describe(al: _Alignment, P: list[str]) -> str:
     f = al.first
-    where = f"line {f[1] - f[0] + 1}" if f else "?"
+    where = f"line {f[1] + 1}" if f else "?"
     counts: dict[str, int] = defaultdict(int)
     for c in al.cats:
         counts[c or "missing"] += 1
@@ -630,8 +651,9 @@ def _describe(al: _Alignment, P: list[str]) -> str:
 
 
 def _line_of(al: _Alignment) -> int:
+    """1-based target line of the first pre-image line that agrees."""
     f = al.first
-    return (max(0, f[1] - f[0]) + 1) if f else 0
+    return f[1] + 1 if f else 0
 
 
 def place_hunk(hunk: Hunk, target_lines: list[str], path: str) -> Placement:
@@ -654,8 +676,10 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
             continue
         plan = _plan(hunk, groups, al, tgt)
         problem = None
-        if tgt.is_py and plan.error is None:
-            problem = _scope_problem(hunk, groups, plan, al, tgt)
+        if tgt.is_py:
+            probe = plan if plan.error is None else _approximate_plan(groups, al)
+            if probe is not None:
+                problem = _scope_problem(hunk, groups, probe, al, tgt)
         scored.append((al, plan, problem))
     scored.sort(key=lambda x: (-int(x[0].verbatim), -x[0].credit, _line_of(x[0])))
     candidates = [(_line_of(a), round(a.score, 3)) for a, _, _ in scored[:8]]
@@ -683,7 +707,7 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
     al, plan, _ = best
     key = _site_key(plan, al)
     rival = next((s for s in eligible[1:] if _site_key(s[1], s[0]) != key), None)
-    if rival is not None and (al.verbatim == rival[0].verbatim) and al.credit - rival[0].credit < MIN_MARGIN:
+    if rival is not None and _too_close(al, rival[0]):
         return conflict(
             f"ambiguous: {_describe(al, P)} and {_describe(rival[0], P)} agree about equally "
             f"(credit {al.credit:.2f} vs {rival[0].credit:.2f}; a margin of {MIN_MARGIN} is required)",
@@ -738,6 +762,19 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
     )
 
 
+def _too_close(best: _Alignment, rival: _Alignment) -> bool:
+    """Whether `rival` (another site, ranked below `best`) leaves the choice ambiguous.
+
+    Two verbatim sites always do; a verbatim site beats any other.  A rival that shares target lines with the best
+    is a variant of the same region: only an equal score makes it ambiguous.  A disjoint rival must trail by
+    `MIN_MARGIN` weighted lines."""
+    if best.verbatim or rival.verbatim:
+        return best.verbatim and rival.verbatim
+    if best.overlaps(rival):
+        return rival.credit >= best.credit - 1e-9
+    return best.credit - rival.credit < MIN_MARGIN
+
+
 def _classify(hunk: Hunk, al: _Alignment) -> Verdict:
     if not al.extras and all(c == _EXACT for c in al.cats):
         first = al.mapping[0]
@@ -785,7 +822,7 @@ def _already_applied(hunk: Hunk, tgt: _Target, groups: list[_Group]) -> Placemen
     best = als[0]
     if any(best.mapping[j] is None for j in added_idx):
         return None
-    if len(als) > 1 and best.verbatim == als[1].verbatim and best.credit - als[1].credit < MIN_MARGIN:
+    if len(als) > 1 and _too_close(best, als[1]):
         return None
     if hunk.removed and not added_idx:
         # pure removal: the context must close up around the removed lines

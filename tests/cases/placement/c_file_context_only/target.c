@@ -1,0 +1,8 @@
+#include <stdio.h>
+
+int add(int a, int b)
+{
+	/* sum */
+	int s = a + b;
+	return s;
+}

@@ -1,0 +1,7 @@
+import os
+import sys
+
+
+def main():
+    # entry point
+    print(os.getcwd(), sys.argv)

@@ -1,0 +1,6 @@
+def m():
+    values = (
+        1,
+        2,
+    )
+    return values

@@ -1,0 +1,2 @@
+def fresh():
+    return 1

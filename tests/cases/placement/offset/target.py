@@ -1,0 +1,7 @@
+import math
+
+
+def g(x):
+    y = x * 2
+    z = y + 1
+    return z

@@ -1,0 +1,10 @@
+class Stepper:
+    def _advance(
+        self,
+        count: int,
+        skip: bool,
+    ) -> None:
+        position = self.position[:count]
+        offsets = self.offsets[: count + 1]
+        for step in range(count):
+            position += offsets[step]

@@ -1,0 +1,10 @@
+def first():
+    setup()
+    run()
+    teardown()
+
+
+def second():
+    setup()
+    run()
+    teardown()

@@ -1,0 +1,4 @@
+def n(a):
+    if a:
+        return 1
+    return 0

@@ -1,0 +1,4 @@
+def k():
+    rate = 10
+    limit = 500
+    return rate, limit

@@ -1,0 +1,9 @@
+import json
+import os
+import sys
+
+VERBOSE = False
+
+
+def main():
+    print(os.getcwd(), sys.argv)

@@ -1,0 +1,8 @@
+import os
+import sys
+
+VERBOSE = False
+
+
+def main():
+    print(os.getcwd(), sys.argv)

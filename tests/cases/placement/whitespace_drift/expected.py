@@ -1,0 +1,6 @@
+def total(values):
+    acc = 0
+    for v in  values:   
+        acc += v
+        count += 1
+    return acc  
