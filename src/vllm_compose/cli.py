@@ -44,8 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-dirty", action="store_true", help="go on although the repository has local changes")
     r.add_argument("--force", action="store_true", help="replace a branch whose tip was not written by this tool")
     r.add_argument("--no-checks", action="store_true", help="skip the per-entry checks (recorded in the report)")
-    r.add_argument("--import-smoke", action="store_true",
-                   help="also import the changed modules (needs the vLLM runtime: torch etc.)")
+    r.add_argument("--no-import-smoke", action="store_true",
+                   help="skip importing the changed modules (it runs only where the vLLM runtime is importable)")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress display")
 
     a = sub.add_parser("apply", help="apply a series or patches onto a plain directory (e.g. site-packages)")
@@ -118,7 +118,7 @@ def _rebase(args) -> int:
         allow_dirty=args.allow_dirty,
         force=args.force,
         run_checks=not args.no_checks,
-        import_smoke=args.import_smoke,
+        import_smoke=not args.no_import_smoke,
     )
     with _progress(args.quiet) as progress:
         composer = replay.Composer(args.series, args.repo, _cache(args), options, progress)

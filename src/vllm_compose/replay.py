@@ -35,8 +35,18 @@ import pygit2
 
 from . import gitstore
 from .errors import ComposeError, ConflictError, ExitCode, RefusedError, RepositoryError
-from .patchfile import FilePatch, Hunk, Patch, decode_text, encode_text, format_patch, parse_patch, unified_diff
-from .placement import FilePlacement, Placement, Verdict, place_file
+from .patchfile import (
+    FilePatch,
+    Hunk,
+    Patch,
+    decode_text,
+    encode_text,
+    format_patch,
+    parse_patch,
+    split_lines,
+    unified_diff,
+)
+from .placement import FilePlacement, Placement, Verdict, place_file, place_hunk
 from .progress import ProgressCallback
 from .series import Entry, Series, load_series
 from .sources import Cache, ensure_release, fetch_entry_patch, resolve_entry_commits
@@ -124,6 +134,8 @@ class ComposeResult:
     message: str = ""
     worktree: str | None = None
     accepted_failures: list[str] = field(default_factory=list)
+    #: the checks of the whole composed tree against the release (what decides a refusal)
+    final_checks: dict | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -139,6 +151,7 @@ class ComposeResult:
             "head": self.head,
             "worktree": self.worktree,
             "accepted_failures": self.accepted_failures,
+            "final_checks": self.final_checks,
             "entries": [e.to_json() for e in self.entries],
         }
 
@@ -158,7 +171,7 @@ class ComposeOptions:
     force: bool = False
     run_checks: bool = True
     run_audit: bool = True
-    import_smoke: bool = False
+    import_smoke: bool = True
 
 
 @dataclass
@@ -238,13 +251,18 @@ class Composer:
         refusals = []
         if self.options.run_audit:
             refusals += self._audit(audited)
-        check_failures = [
-            f"{e.id}: {c['name']}"
-            for e in result.entries
-            if e.checks
-            for c in e.checks.get("checks", [])
-            if c.get("status") == "fail"
-        ]
+        check_failures = []
+        if self.options.run_checks and audited:
+            # An entry may leave a name undefined that a later fix supplies (a hunk it carries): what must be clean
+            # is the composed tree against the release. Each finding names the entry whose own check saw it first.
+            result.final_checks = self._final_checks(base, head, result.entries)
+            check_failures = [
+                f"{f['file']}:{f['line']}: {f['message']} (entry {f.get('entry') or '?'})"
+                for c in result.final_checks.get("checks", [])
+                if c.get("status") == "fail"
+                for f in c.get("findings", [])
+                if f.get("severity") == "error"
+            ]
         if check_failures:
             if self.options.accept_check_failures:
                 result.accepted_failures = check_failures
@@ -320,16 +338,24 @@ class Composer:
             source_path = fp.old_path or fp.new_path
             current = changes[source_path] if source_path in changes else tree.read(source_path)
             text = decode_text(current) if current is not None else None
-            fpl = _place_file_checked(fp, text)
+            # Hunks a later fix carries are not applied here, whatever the engine would do with them: the series
+            # says the fix holds their form for this release. They are still placed, for the report's evidence.
+            carrier = {h.index: carried.get((entry.id, fp.path, h.index)) for h in fp.hunks}
+            own = dataclasses.replace(fp, hunks=[h for h in fp.hunks if not carrier[h.index]])
+            fpl = place_file(own, text, fp.path)
             file_placements.append((fp, fpl, text))
-            for pl in fpl.placements:
+            by_index = {pl.hunk.index: pl for pl in fpl.placements}
+            target_lines = split_lines(text)[0] if text is not None else []
+            for h in fp.hunks:
+                pl = by_index.get(h.index) or place_hunk(h, target_lines, fp.path)
                 scope = pl.scope.describe() if pl.scope else None
-                ho = HunkOutcome(fp.path, pl.hunk.index, str(pl.verdict), pl.landing_line, scope, pl.evidence)
-                if pl.verdict is Verdict.CONFLICT:
-                    ho.resolved_by = carried.get((entry.id, fp.path, pl.hunk.index))
-                    if ho.resolved_by is None:
-                        open_conflicts.append((fp, pl))
+                ho = HunkOutcome(fp.path, h.index, str(pl.verdict), pl.landing_line, scope, pl.evidence,
+                                 resolved_by=carrier[h.index])
+                if pl.verdict is Verdict.CONFLICT and not ho.resolved_by:
+                    open_conflicts.append((fp, pl))
                 outcome.hunks.append(ho)
+            if not own.hunks and not (fp.is_new or fp.is_delete or fp.is_rename):
+                continue
             if fpl.new_text is not None or fp.is_delete:
                 new = encode_text(fpl.new_text) if fpl.new_text is not None else None
                 if fp.is_rename and fp.old_path and fp.old_path != fp.new_path:
@@ -337,8 +363,9 @@ class Composer:
                 changes[fp.path] = new
                 if fp.new_mode in ("100755", "100644"):
                     modes[fp.path] = int(fp.new_mode, 8)
-        verdicts = [h.verdict for h in outcome.hunks]
-        upstream = [h for h in outcome.hunks if h.verdict == str(Verdict.ALREADY_APPLIED)]
+        own_hunks = [h for h in outcome.hunks if not h.resolved_by]
+        verdicts = [h.verdict for h in own_hunks]
+        upstream = [h for h in own_hunks if h.verdict == str(Verdict.ALREADY_APPLIED)]
         if verdicts and len(upstream) == len(verdicts):
             outcome.status = "dropped-upstream"
             outcome.reason = (
@@ -361,7 +388,7 @@ class Composer:
         else:
             carried_n = sum(1 for h in outcome.hunks if h.resolved_by)
             if carried_n:
-                outcome.reason = f"{carried_n} conflicting hunk(s) carried by later skew fixes"
+                outcome.reason = f"{carried_n} hunk(s) carried by later skew fixes (see resolved_by)"
         return _Step(entry, patch, changes, modes, outcome, open_conflicts, file_placements)
 
     def _merge_entry(
@@ -423,6 +450,23 @@ class Composer:
             import_smoke=self.options.import_smoke,
         )
         return report.to_json()
+
+    def _final_checks(self, base: pygit2.Commit, head: pygit2.Commit, entries: list[EntryOutcome]) -> dict:
+        from . import checks
+
+        changed = sorted({p for p in _changed_paths(self.repo, base.tree, head.tree)})
+        report = checks.run_checks(GitTree(self.repo, base.tree), GitTree(self.repo, head.tree), changed,
+                                   import_smoke=self.options.import_smoke)
+        data = report.to_json()
+        first_seen: dict[tuple, str] = {}
+        for e in entries:
+            for c in (e.checks or {}).get("checks", []):
+                for f in c.get("findings", []):
+                    first_seen.setdefault((f.get("check"), f.get("file"), f.get("name"), f.get("message")), e.id)
+        for c in data.get("checks", []):
+            for f in c.get("findings", []):
+                f["entry"] = first_seen.get((f.get("check"), f.get("file"), f.get("name"), f.get("message")))
+        return data
 
     def _audit(self, audited) -> list[str]:
         from .audit import audit
@@ -578,22 +622,10 @@ def abort(repo_dir: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def _place_file_checked(fp: FilePatch, text: str | None) -> FilePlacement:
-    """`place_file`, plus the two file-level cases the engine leaves to its caller."""
-    if fp.is_new and text is not None:
-        want = "\n".join(fp.hunks[0].post_image) if fp.hunks else ""
-        verdict = Verdict.ALREADY_APPLIED if text.rstrip("\n") == want.rstrip("\n") else Verdict.CONFLICT
-        why = "the file already exists with this content" if verdict is Verdict.ALREADY_APPLIED else (
-            "the patch creates the file, but the release already has a different file at this path")
-        return FilePlacement(fp, [Placement(h, verdict, landing_line=1, evidence=why) for h in fp.hunks],
-                             new_text=None)
-    if not fp.is_new and text is None:
-        if fp.is_delete:
-            return FilePlacement(fp, [Placement(h, Verdict.ALREADY_APPLIED, evidence="file already deleted")
-                                      for h in fp.hunks], new_text=None)
-        return FilePlacement(fp, [Placement(h, Verdict.CONFLICT, evidence="the file does not exist in the tree")
-                                  for h in fp.hunks], new_text=None)
-    return place_file(fp, text, fp.path)
+def _changed_paths(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
+    """Paths whose content differs between two trees (present in `b`)."""
+    diff = repo.diff(a, b)
+    return [d.delta.new_file.path for d in diff if d.delta.status_char() != "D"]
 
 
 def _carried_hunks(entries: list[Entry]) -> dict[tuple[str, str, int], str]:
@@ -604,7 +636,8 @@ def _carried_hunks(entries: list[Entry]) -> dict[tuple[str, str, int], str]:
 def _placed_only(patch: Patch, outcome: EntryOutcome) -> Patch:
     """The entry's patch without the hunks that did not go in (carried by fixes, or already upstream): the audit
     checks what this commit claims to contain."""
-    skip = {(h.file, h.hunk) for h in outcome.hunks if h.verdict in ("conflict", "already-applied")}
+    skip = {(h.file, h.hunk) for h in outcome.hunks
+            if h.resolved_by or h.verdict in ("conflict", "already-applied")}
     files = []
     for fp in patch.files:
         kept = [h for h in fp.hunks if (fp.path, h.index) not in skip]

@@ -43,9 +43,10 @@ def render_compose(result) -> str:
             out.append(f"  {''.ljust(width)}  {'':<17} {e.reason}")
         if e.checks:
             for c in e.checks.get("checks", []):
-                if c.get("status") in ("fail", "warn"):
-                    out.append(f"  {''.ljust(width)}  check {c['name']}: {c['status']}")
-                    for f in c.get("findings", [])[:5]:
+                if c.get("status") == "fail":
+                    errors = [f for f in c.get("findings", []) if f.get("severity") == "error"]
+                    out.append(f"  {''.ljust(width)}  check {c['name']} after this entry: {len(errors)} error(s)")
+                    for f in errors[:5]:
                         out.append(f"  {''.ljust(width)}    {f.get('file')}:{f.get('line')}: {f.get('message')}")
     notable = [
         (e.id, h)
@@ -63,6 +64,15 @@ def render_compose(result) -> str:
             if h.verdict == "conflict" and h.evidence and not h.resolved_by:
                 out += [f"      {line}" for line in h.evidence.splitlines()[:6]]
     out.append("")
+    if result.final_checks:
+        out.append("checks of the composed tree against the release:")
+        for c in result.final_checks.get("checks", []):
+            reason = f" ({c['reason']})" if c.get("reason") else ""
+            out.append(f"  {c['name']:<16} {c['status']}{reason}")
+            for f in c.get("findings", [])[:10]:
+                by = f" (entry {f['entry']})" if f.get("entry") else ""
+                out.append(f"    {f.get('severity')}: {f.get('file')}:{f.get('line')}: {f.get('message')}{by}")
+        out.append("")
     if result.accepted_failures:
         out.append("ACCEPTED CHECK FAILURES (--accept-check-failures): " + "; ".join(result.accepted_failures))
     verdict = {"composed": "OK", "conflict": "STOPPED (conflict)", "refused": "REFUSED"}[result.status]

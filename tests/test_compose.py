@@ -1,0 +1,384 @@
+"""End-to-end compose tests on a small synthetic upstream repository built here (tags v1.0.0 ... v1.4.0).
+
+The upstream project is a toy package; the "PR" is a patch against v1.0.0 served through the cache (as a pinned
+URL + sha256 would be); the series also has a local skew fix. Each test composes through the CLI entry point, so
+exit codes, reports and refs are checked together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from vllm_compose import gitstore
+from vllm_compose.cli import main
+from vllm_compose.sources import Cache
+
+MOD_V1 = textwrap.dedent(
+    """\
+    import os
+
+
+    def greet(name, *, loud=False):
+        text = "hello " + name
+        if loud:
+            text = text.upper()
+        return text
+
+
+    def farewell(name):
+        return "bye " + name
+
+
+    class Engine:
+        def __init__(self, size):
+            self.size = size
+            self.steps = 0
+
+        def step(self, batch):
+            self.steps += 1
+            return [x * self.size for x in batch]
+    """
+)
+
+#: the PR: a new keyword parameter threaded into greet(), and a new method on Engine
+PR_PATCH = textwrap.dedent(
+    """\
+    diff --git a/pkg/mod.py b/pkg/mod.py
+    --- a/pkg/mod.py
+    +++ b/pkg/mod.py
+    @@ -1,10 +1,12 @@
+     import os
+     
+     
+    -def greet(name, *, loud=False):
+    +def greet(name, *, loud=False, suffix=""):
+         text = "hello " + name
+         if loud:
+             text = text.upper()
+    +    if suffix:
+    +        text += suffix
+         return text
+     
+     
+    @@ -22,3 +24,6 @@ class Engine:
+         def step(self, batch):
+             self.steps += 1
+             return [x * self.size for x in batch]
+    +
+    +    def reset(self):
+    +        self.steps = 0
+    """
+)
+
+FIX_PATCH = textwrap.dedent(
+    """\
+    From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+    From: Fixer <fixer@example.invalid>
+    Date: Tue, 14 Nov 2023 22:13:20 +0000
+    Subject: [PATCH] Make farewell honour the new suffix
+
+    The PR adds `suffix` to greet() only; our users call farewell() too.
+    ---
+    diff --git a/pkg/mod.py b/pkg/mod.py
+    --- a/pkg/mod.py
+    +++ b/pkg/mod.py
+    @@ -13,5 +13,5 @@ def greet(name, *, loud=False, suffix=""):
+     
+     
+    -def farewell(name):
+    -    return "bye " + name
+    +def farewell(name, suffix=""):
+    +    return "bye " + name + suffix
+     
+     
+    """
+)
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit_tag(work: Path, tag: str, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = work / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", f"release {tag}")
+    git(work, "tag", tag)
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    """A repo with releases: v1.0.0 base; v1.1.0 lines added above (offset); v1.2.0 drift next to a hunk
+    (merge); v1.3.0 the PR merged verbatim; v1.4.0 the PR merged in a tweaked form (only the method)."""
+    work = tmp_path / "vllm"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    commit_tag(work, "v1.0.0", {"pkg/mod.py": MOD_V1, "pkg/__init__.py": ""})
+    offset = MOD_V1.replace("import os\n", "import os\nimport sys\nimport json\n\nDEBUG = False\n")
+    commit_tag(work, "v1.1.0", {"pkg/mod.py": offset})
+    drift = MOD_V1.replace('    text = "hello " + name\n', '    text = "hello, " + name  # comma\n')
+    commit_tag(work, "v1.2.0", {"pkg/mod.py": drift})
+    merged = (
+        MOD_V1.replace('def greet(name, *, loud=False):', 'def greet(name, *, loud=False, suffix=""):')
+        .replace("        text = text.upper()\n    return text",
+                 "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text")
+        + "\n    def reset(self):\n        self.steps = 0\n"
+    )
+    commit_tag(work, "v1.3.0", {"pkg/mod.py": merged})
+    tweaked = MOD_V1 + "\n    def reset(self):\n        self.steps = 0\n"
+    commit_tag(work, "v1.4.0", {"pkg/mod.py": tweaked})
+    git(work, "checkout", "-q", "--detach")
+    return work
+
+
+@pytest.fixture
+def series_dir(tmp_path):
+    """A series: the PR (pinned by sha256, content seeded into the cache) and a local fix."""
+    d = tmp_path / "series"
+    (d / "patches").mkdir(parents=True)
+    (d / "patches" / "0001-farewell-suffix.patch").write_text(FIX_PATCH)
+    sha = hashlib.sha256(PR_PATCH.encode()).hexdigest()
+    Cache().put_bytes(PR_PATCH.encode())
+    (d / "series.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [series]
+            name = "toy"
+
+            [[entry]]
+            id = "pr101"
+            pr = 101
+            pr_url = "https://example.invalid/pull/101"
+            title = "Add a suffix to greet and Engine.reset"
+            upstream_status = "Submitted"
+            why = "users need it"
+            [entry.source]
+            url = "https://example.invalid/pr101.diff"
+            sha256 = "{sha}"
+
+            [[entry]]
+            id = "fix-farewell"
+            file = "patches/0001-farewell-suffix.patch"
+            title = "Make farewell honour the new suffix"
+            upstream_status = "Inappropriate"
+            why = "skew between the PR and our users"
+            """
+        )
+    )
+    return d
+
+
+def compose(series_dir, repo, tag, *extra, json_out=None):
+    argv = ["rebase", "--onto", tag, "--series", str(series_dir), "--repo", str(repo), "--offline", "-q"]
+    if json_out:
+        argv += ["--json", str(json_out)]
+    return main(argv + list(extra))
+
+
+def branch_log(repo: Path, branch: str) -> list[str]:
+    return git(repo, "log", "--format=%s", f"v1.0.0..{branch}").splitlines()[::-1]
+
+
+def test_clean_compose_writes_one_commit_per_entry(series_dir, upstream, tmp_path):
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v1.0.0", json_out=out) == 0
+    assert branch_log(upstream, "compose-101-v1.0.0") == [
+        "Add a suffix to greet and Engine.reset",
+        "Make farewell honour the new suffix",
+    ]
+    report = json.loads(out.read_text())
+    assert report["branch"] == "compose-101-v1.0.0" and report["tag"] == "v1.0.0"
+    assert [e["id"] for e in report["entries"]] == ["pr101", "fix-farewell"]
+    assert [h["verdict"] for h in report["entries"][0]["hunks"]] == ["exact", "exact"]
+    assert report["entries"][0]["hunks"][0] == {**report["entries"][0]["hunks"][0], "file": "pkg/mod.py", "hunk": 1}
+    final = git(upstream, "show", "compose-101-v1.0.0:pkg/mod.py")
+    assert 'def farewell(name, suffix=""):' in final and "def reset(self):" in final
+    # the worktree was not touched
+    assert git(upstream, "status", "--porcelain") == ""
+
+
+def test_compose_is_reproducible_and_second_run_is_a_no_op(series_dir, upstream):
+    assert compose(series_dir, upstream, "v1.0.0") == 0
+    first = git(upstream, "rev-parse", "compose-101-v1.0.0")
+    assert compose(series_dir, upstream, "v1.0.0") == 0
+    assert git(upstream, "rev-parse", "compose-101-v1.0.0") == first
+
+
+def test_offset_release(series_dir, upstream, tmp_path):
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v1.1.0", json_out=out) == 0
+    verdicts = [h["verdict"] for h in json.loads(out.read_text())["entries"][0]["hunks"]]
+    assert verdicts == ["offset", "offset"]
+
+
+def test_drifted_context_is_merged(series_dir, upstream, tmp_path):
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v1.2.0", json_out=out) == 0
+    hunks = json.loads(out.read_text())["entries"][0]["hunks"]
+    assert hunks[0]["verdict"] in ("merged", "relocated")
+    final = git(upstream, "show", "compose-101-v1.2.0:pkg/mod.py")
+    assert '    text = "hello, " + name  # comma\n' in final + "\n"
+    assert 'def greet(name, *, loud=False, suffix=""):' in final
+
+
+def test_entry_already_upstream_is_dropped_with_evidence(series_dir, upstream, tmp_path):
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v1.3.0", json_out=out) == 0
+    entries = json.loads(out.read_text())["entries"]
+    assert entries[0]["status"] == "dropped-upstream"
+    assert "already" in entries[0]["reason"]
+    assert {h["verdict"] for h in entries[0]["hunks"]} == {"already-applied"}
+    assert branch_log(upstream, "compose-101-v1.3.0") == ["Make farewell honour the new suffix"]
+
+
+def test_entry_partly_upstream_stops_instead_of_guessing(series_dir, upstream, tmp_path):
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v1.4.0", json_out=out) == 1
+    entries = json.loads(out.read_text())["entries"]
+    assert entries[0]["status"] == "partly-upstream"
+    assert "compose-101-v1.4.0" not in git(upstream, "branch", "--list")
+    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+
+
+def conflicting_release(upstream: Path) -> None:
+    """v2.0.0: greet's signature rewritten so the PR's first hunk has no site left."""
+    text = MOD_V1.replace("def greet(name, *, loud=False):\n    text = \"hello \" + name\n    if loud:\n",
+                          "def greet(person: str, shout: bool = False) -> str:\n    text = f\"hello {person}\"\n"
+                          "    if shout:\n")
+    git(upstream, "checkout", "-q", "v1.0.0")
+    commit_tag(upstream, "v2.0.0", {"pkg/mod.py": text})
+    git(upstream, "checkout", "-q", "--detach")
+
+
+def test_conflict_resolve_continue_records_a_fix(series_dir, upstream, tmp_path):
+    conflicting_release(upstream)
+    wt = tmp_path / "wt"
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt), json_out=out) == 1
+    report = json.loads(out.read_text())
+    assert report["status"] == "conflict" and report["entries"][0]["status"] == "conflict"
+    assert [e["status"] for e in report["entries"]] == ["conflict", "not-reached"]
+    assert "compose-101-v2.0.0" not in git(upstream, "branch", "--list")
+    conflicted = (wt / "pkg/mod.py").read_text()
+    assert "<<<<<<<" in conflicted and "def reset(self):" in conflicted  # the placeable hunk went in
+    # a second compose refuses while the conflict waits
+    assert compose(series_dir, upstream, "v2.0.0") == 3
+    # --continue with markers still there is refused and keeps the state
+    assert main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline",
+                 "-q"]) == 1
+    # resolve by hand
+    start = conflicted.index("<<<<<<<")
+    end = conflicted.index("\n", conflicted.index(">>>>>>>")) + 1
+    resolved = conflicted[:start] + textwrap.dedent(
+        """\
+        def greet(person: str, shout: bool = False, suffix: str = "") -> str:
+            text = f"hello {person}"
+            if shout:
+                text = text.upper()
+            if suffix:
+                text += suffix
+            return text
+        """
+    ) + conflicted[end:]
+    # drop the now-duplicated tail of the old body that followed the markers, if the marker block did not hold it
+    (wt / "pkg/mod.py").write_text(resolved)
+    rc = main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline", "-q",
+               "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert rc == 0, report
+    ids = [e["id"] for e in report["entries"]]
+    assert ids[:2] == ["pr101", "fix-pr101-v2.0.0"]
+    assert report["entries"][0]["hunks"][0]["resolved_by"] == "fix-pr101-v2.0.0"
+    toml = (series_dir / "series.toml").read_text()
+    assert 'id = "fix-pr101-v2.0.0"' in toml and 'resolves = ["pr101:pkg/mod.py#1"]' in toml
+    assert toml.index('id = "pr101"') < toml.index('id = "fix-pr101-v2.0.0"') < toml.index('id = "fix-farewell"')
+    assert len(list((series_dir / "patches").glob("0002-fix-pr101-v2.0.0.patch"))) == 1
+    final = git(upstream, "show", "compose-101-v2.0.0:pkg/mod.py")
+    assert 'suffix: str = ""' in final and "def reset(self):" in final
+    assert gitstore.read_state_ref(pygit2.Repository(str(upstream))) is None
+    # on other tags the recorded fix does not apply (tags ==2.0.0)
+    assert compose(series_dir, upstream, "v1.0.0") == 0
+
+
+def test_abort_drops_state_and_keeps_edited_worktree(series_dir, upstream, tmp_path):
+    conflicting_release(upstream)
+    wt = tmp_path / "wt"
+    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt)) == 1
+    (wt / "pkg/mod.py").write_text((wt / "pkg/mod.py").read_text() + "# my notes\n")
+    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+    assert (wt / "pkg/mod.py").read_text().endswith("# my notes\n")  # user work kept
+    repo = pygit2.Repository(str(upstream))
+    assert gitstore.read_state_ref(repo) is None
+    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 3  # nothing to abort
+
+
+def test_rename_patch(series_dir, upstream, tmp_path):
+    patch = textwrap.dedent(
+        """\
+        From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+        From: Fixer <fixer@example.invalid>
+        Date: Tue, 14 Nov 2023 22:13:20 +0000
+        Subject: [PATCH] Move the package marker
+
+        Renames the file and adds a docstring.
+        ---
+        diff --git a/pkg/__init__.py b/pkg/package.py
+        similarity index 0%
+        rename from pkg/__init__.py
+        rename to pkg/package.py
+        """
+    )
+    (series_dir / "patches" / "0002-rename.patch").write_text(patch)
+    with open(series_dir / "series.toml", "a") as fh:
+        fh.write('\n[[entry]]\nid = "rename"\nfile = "patches/0002-rename.patch"\ntitle = "Move"\n'
+                 'upstream_status = "Inappropriate"\nwhy = "test"\n')
+    assert compose(series_dir, upstream, "v1.0.0") == 0
+    names = git(upstream, "ls-tree", "-r", "--name-only", "compose-101-v1.0.0").splitlines()
+    assert "pkg/package.py" in names and "pkg/__init__.py" not in names
+
+
+def test_dirty_repo_and_foreign_branch_are_refused(series_dir, upstream):
+    (upstream / "pkg" / "mod.py").write_text("dirty\n")
+    assert compose(series_dir, upstream, "v1.0.0") == 3
+    git(upstream, "checkout", "-q", "--", "pkg/mod.py")
+    git(upstream, "branch", "compose-101-v1.0.0", "v1.1.0")  # someone's own work under our branch name
+    assert compose(series_dir, upstream, "v1.0.0") == 3
+    assert git(upstream, "rev-parse", "compose-101-v1.0.0") == git(upstream, "rev-parse", "v1.1.0")
+    assert compose(series_dir, upstream, "v1.0.0", "--force") == 0
+
+
+def test_missing_source_offline_names_entry_and_sha(series_dir, upstream, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VLLM_COMPOSE_CACHE", str(tmp_path / "empty-cache"))
+    assert compose(series_dir, upstream, "v1.0.0") == 3
+    err = capsys.readouterr().err
+    sha = hashlib.sha256(PR_PATCH.encode()).hexdigest()
+    assert "pr101" in err and sha in err and "--sources" in err
+    assert "compose-101-v1.0.0" not in git(upstream, "branch", "--list")
+    # and --sources DIR seeds it
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "pr101.diff").write_text(PR_PATCH)
+    assert compose(series_dir, upstream, "v1.0.0", "--sources", str(src)) == 0
+
+
+def test_unknown_tag_offline_is_bad_input(series_dir, upstream, capsys):
+    assert compose(series_dir, upstream, "v9.9.9") == 3
+    assert "v9.9.9" in capsys.readouterr().err
+
+
+def test_uninitialized_submodule_dir_is_initialized(series_dir, tmp_path, upstream):
+    empty = tmp_path / "fresh"
+    empty.mkdir()
+    # an empty folder (what an uninitialized submodule looks like) becomes a repository; the tag is then missing
+    assert compose(series_dir, empty, "v1.0.0") == 3
+    assert (empty / ".git").exists()
