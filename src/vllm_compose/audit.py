@@ -294,6 +294,14 @@ def _locate_group(
     `earlier_added`: lines added by earlier patches; removed lines among them are not in the old text at all, so a
     group removing only such lines is located by its added lines alone."""
     lo, hi = new_range if new_range else (0, len(al.new))
+    if new_range and added:
+        # the alignment may mark an identical neighbour as the new line (a blank among blanks): widen the range
+        # over neighbours that repeat the added lines
+        same = set(added)
+        while lo > 0 and al.new[lo - 1] in same:
+            lo -= 1
+        while hi < len(al.new) and al.new[hi] in same:
+            hi += 1
     if removed and earlier_added and all(line in earlier_added for line in removed):
         if not _find_removed(al, removed, claimed_old):
             removed = []
