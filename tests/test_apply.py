@@ -12,19 +12,12 @@ import pytest
 from vllm_compose.apply import MARKER_BASE, MARKER_OURS, MARKER_SEP, MARKER_THEIRS, apply_patches
 from vllm_compose.errors import ComposeError, ExitCode
 from vllm_compose.patchfile import FilePatch, Patch, PatchHeader, parse_patch
-from vllm_compose.placement import Verdict, place_hunk
+from vllm_compose.placement import Verdict
 
 CASES = Path(__file__).parent / "cases" / "audit"
 CONFIG = "pkg/config.py"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def engine_ready() -> None:
-    probe = parse_patch("--- a/x.py\n+++ b/x.py\n@@ -1,1 +1,2 @@\n a = 1\n+b = 2\n", "probe").files[0].hunks[0]
-    try:
-        place_hunk(probe, ["a = 1"], "x.py")
-    except NotImplementedError:
-        pytest.skip("placement engine (placement.place_hunk) not implemented yet")
 
 
 def target_from(case: str, tmp_path: Path) -> Path:

@@ -12,7 +12,6 @@ import pytest
 
 from vllm_compose.audit import AuditVerdict, audit, render_text
 from vllm_compose.patchfile import Patch, parse_patch
-from vllm_compose.placement import place_hunk
 from vllm_compose.trees import DirTree, GitTree
 
 CASES = Path(__file__).parent / "cases" / "audit"
@@ -24,14 +23,6 @@ PR46994 = Path("/tmp/sources/pr46994-vllm-only.diff")
 PR38476 = Path("/tmp/sources/pr38476-vllm-only.diff")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def engine_ready() -> None:
-    """The audit is only as good as the placement engine it compares with; skip while it is a draft."""
-    probe = parse_patch("--- a/x.py\n+++ b/x.py\n@@ -1,1 +1,2 @@\n a = 1\n+b = 2\n", "probe").files[0].hunks[0]
-    try:
-        place_hunk(probe, ["a = 1"], "x.py")
-    except NotImplementedError:
-        pytest.skip("placement engine (placement.place_hunk) not implemented yet")
 
 
 def gnu_patch(tree: Path, patch_file: Path) -> None:
