@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import json
 import os
 import subprocess
@@ -224,8 +225,72 @@ def check_undefined_names(
     return result
 
 
+#: pyflakes results by content: the same blob is checked again and again (stock of one entry = result of the
+#: previous one; a repeated compose sees the same files), and pyflakes is the slowest step of a compose
+_MEMO: dict[str, list | None] = {}
+
+
 def pyflakes_messages_for(source: bytes, path: str) -> list | None:
-    """pyflakes messages for a file, or None when it does not parse."""
+    """pyflakes messages for a file, or None when it does not parse (memoized by content, in memory and on disk)."""
+    key = hashlib.sha256(source).hexdigest() + ("-init" if PurePosixPath(path).name == "__init__.py" else "")
+    if key in _MEMO:
+        return _MEMO[key]
+    stored = _load_memo(key)
+    if stored is not _MISSING:
+        _MEMO[key] = stored
+        return stored
+    messages = _pyflakes_messages(source, path)
+    _MEMO[key] = messages
+    _store_memo(key, messages)
+    return messages
+
+
+_MISSING = object()
+
+
+def _memo_path(key: str) -> Path:
+    from .sources import default_cache_root
+
+    return default_cache_root() / "pyflakes" / f"{key}.json"
+
+
+def _load_memo(key: str):
+    """A stored result, rebuilt as real pyflakes message objects; `_MISSING` when absent or unreadable."""
+    try:
+        data = json.loads(_memo_path(key).read_text())
+    except (OSError, ValueError):
+        return _MISSING
+    if data is None:
+        return None
+    messages = []
+    try:
+        for kind, lineno, col, args in data:
+            cls = getattr(pyflakes_messages, kind)
+            m = cls.__new__(cls)
+            m.filename, m.lineno, m.col, m.message_args = "<memo>", lineno, col, tuple(args)
+            messages.append(m)
+    except (AttributeError, TypeError, ValueError):
+        return _MISSING
+    return messages
+
+
+def _store_memo(key: str, messages: list | None) -> None:
+    """Best effort: a cache that cannot be written only costs time."""
+    data = None if messages is None else [
+        [type(m).__name__, m.lineno, m.col, [a if isinstance(a, (int, str)) else str(a) for a in m.message_args]]
+        for m in messages
+    ]
+    path = _memo_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _pyflakes_messages(source: bytes, path: str) -> list | None:
     try:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError):
@@ -298,9 +363,20 @@ def module_name(path: str) -> str | None:
     return ".".join(parts)
 
 
+#: interpreter -> probe outcome; asked once per process (a compose runs the checks after every entry)
+_PROBED: dict[tuple, str | None] = {}
+
+
 def probe_runtime(python: str | None = None, timeout: float = 120) -> str | None:
-    """None when `python` can import the vLLM runtime (torch); otherwise the reason it cannot."""
+    """None when `python` can import the vLLM runtime (torch); otherwise the reason it cannot (cached per process)."""
     python = python or sys.executable
+    key = (python, os.environ.get("PYTHONPATH"), RUNTIME_PROBE_MODULE)  # the search path decides
+    if key not in _PROBED:
+        _PROBED[key] = _probe_runtime(python, timeout)
+    return _PROBED[key]
+
+
+def _probe_runtime(python: str, timeout: float) -> str | None:
     try:
         proc = subprocess.run(
             [python, "-c", f"import {RUNTIME_PROBE_MODULE}"],
