@@ -136,6 +136,7 @@ class _Alignment:
             for t in range(n):
                 self.origin[j + t] = i + t
                 self.kept[i + t] = True
+        self._canonicalize()
         # gap[j]: the old index the position just before new[j] corresponds to (1 + last surviving old line before j)
         self.gap = [0] * (len(new) + 1)
         last = 0
@@ -149,6 +150,54 @@ class _Alignment:
             self.kept_prefix[i + 1] = self.kept_prefix[i] + k
         self._new_index: dict[str, list[int]] | None = None
         self._old_index: dict[str, list[int]] | None = None
+
+    def _canonicalize(self) -> None:
+        """Slide every inserted and every deleted run as far down as it goes.
+
+        A run whose first line equals the line just after it can be aligned one line lower with the same cost (a
+        diff "slider"); which of the equivalent alignments difflib picks depends on the whole text around it, so
+        two alignments of the same change (stock -> patched, stock -> expected) could disagree on which lines are
+        the new ones. Sliding every run to its lowest position makes that choice the same on both sides."""
+        old, new, origin, kept = self.old, self.new, self.origin, self.kept
+        partner: list[int | None] = [None] * len(old)
+        for j, o in enumerate(origin):
+            if o is not None:
+                partner[o] = j
+        # deleted runs: old[a:b] not kept; old[b] kept and equal to old[a] -> old[a] takes old[b]'s partner
+        a = 0
+        while a < len(old):
+            if kept[a]:
+                a += 1
+                continue
+            b = a
+            while b < len(old) and not kept[b]:
+                b += 1
+            while b < len(old) and kept[b] and old[a] == old[b]:
+                j = partner[b]
+                partner[a], partner[b] = j, None
+                kept[a], kept[b] = True, False
+                origin[j] = a
+                a += 1
+                b += 1
+                while b < len(old) and not kept[b]:
+                    b += 1
+            a = b
+        # inserted runs: new[a:b] new; new[b] kept and equal to new[a] -> new[a] takes new[b]'s old line
+        a = 0
+        while a < len(new):
+            if origin[a] is not None:
+                a += 1
+                continue
+            b = a
+            while b < len(new) and origin[b] is None:
+                b += 1
+            while b < len(new) and origin[b] is not None and new[a] == new[b]:
+                origin[a], origin[b] = origin[b], None
+                a += 1
+                b += 1
+                while b < len(new) and origin[b] is None:
+                    b += 1
+            a = b
 
     def new_positions(self, line: str) -> list[int]:
         if self._new_index is None:
@@ -218,8 +267,20 @@ def _mostly(flags) -> bool:
     return sum(flags) * 3 >= len(flags) * 2
 
 
-def _find_added(al: _Alignment, added: list[str], claimed: set[int], lo: int = 0, hi: int | None = None) -> list[int]:
-    """New-side positions where `added` shows up as lines new in `al.new` (significant ones must all be new)."""
+def _slide_down(seq: Sequence[str], at: int, n: int) -> int:
+    """Lowest position an inserted/deleted run seq[at:at+n] can be aligned at with the same cost: it moves down
+    while its first line equals the line just after it. `_Alignment` puts every run there, so a run found by
+    its text is looked up at this position."""
+    while n and at + n < len(seq) and seq[at] == seq[at + n]:
+        at += 1
+    return at
+
+
+def _find_added(
+    al: _Alignment, added: list[str], claimed: set[int], lo: int = 0, hi: int | None = None
+) -> list[tuple[int, int]]:
+    """New-side positions where `added` shows up as lines new in `al.new` (significant ones must all be new), as
+    (position of the text, position after sliding it down like the alignment does)."""
     hi = len(al.new) if hi is None else hi
     sig = [t for t, line in enumerate(added) if _is_significant(line)]
     probe = min(sig, key=lambda t: len(al.new_positions(added[t]))) if sig else 0
@@ -228,20 +289,25 @@ def _find_added(al: _Alignment, added: list[str], claimed: set[int], lo: int = 0
         j = p - probe
         if j < lo or j + len(added) > hi or not _run_matches(al.new, j, added):
             continue
-        span = range(j, j + len(added))
-        if any(x in claimed for x in span):
+        if any(x in claimed for x in range(j, j + len(added))):
             continue
-        new_flags = [al.origin[x] is None for x in span]
+        # the text may sit higher than the alignment's run of new lines it is equivalent to (a slider): judge the
+        # lines where the alignment puts that run; the flags follow the slid run, whose t-th line is a rotation
+        c = _slide_down(al.new, j, len(added))
+        new_flags = [al.origin[c + (t - (c - j)) % len(added)] is None for t in range(len(added))]
         if sig and not _mostly(new_flags[t] for t in sig):
             continue
         if not any(new_flags):
             continue
-        out.append(j)
+        out.append((j, c))
     return out
 
 
-def _find_removed(al: _Alignment, removed: list[str], claimed: set[int], lo: int = 0, hi: int | None = None) -> list[int]:
-    """Old-side positions where `removed` shows up as old lines gone from `al.new`."""
+def _find_removed(
+    al: _Alignment, removed: list[str], claimed: set[int], lo: int = 0, hi: int | None = None
+) -> list[tuple[int, int]]:
+    """Old-side positions where `removed` shows up as old lines gone from `al.new`, as (position of the text,
+    position after sliding it down like the alignment does)."""
     hi = len(al.old) if hi is None else hi
     sig = [t for t, line in enumerate(removed) if _is_significant(line)]
     probe = min(sig, key=lambda t: len(al.old_positions(removed[t]))) if sig else 0
@@ -250,23 +316,16 @@ def _find_removed(al: _Alignment, removed: list[str], claimed: set[int], lo: int
         i = p - probe
         if i < lo or i + len(removed) > hi or not _run_matches(al.old, i, removed):
             continue
-        span = range(i, i + len(removed))
-        if any(x in claimed for x in span):
+        if any(x in claimed for x in range(i, i + len(removed))):
             continue
-        gone = [not al.kept[x] for x in span]
+        c = _slide_down(al.old, i, len(removed))
+        gone = [not al.kept[c + (t - (c - i)) % len(removed)] for t in range(len(removed))]
         if sig and not _mostly(gone[t] for t in sig):
             continue
         if not any(gone):
             continue
-        out.append(i)
+        out.append((i, c))
     return out
-
-
-def _slide_up(seq: Sequence[str], j: int, n: int, lo: int = 0) -> int:
-    """Move an inserted block seq[j:j+n] up while the block's last line equals the line before it (same text)."""
-    while j > lo and n and seq[j - 1] == seq[j + n - 1]:
-        j -= 1
-    return j
 
 
 @dataclass
@@ -277,6 +336,11 @@ class _Site:
     new_pos: int | None
     old_len: int
     new_len: int
+    #: old_pos of the equivalent alignment with the run slid down as far as it goes (equal keys: the same site)
+    key: int = -1
+
+    def same_place(self, other: "_Site") -> bool:
+        return self.old_pos == other.old_pos or self.key == other.key
 
 
 def _locate_group(
@@ -309,20 +373,20 @@ def _locate_group(
                 return None
     sites: list[_Site] = []
     if added:
-        for j in _find_added(al, added, claimed_new, lo, hi):
+        for j, jc in _find_added(al, added, claimed_new, lo, hi):
             if removed:
-                gap = al.gap[j]
-                for i in _find_removed(al, removed, claimed_old):
-                    if gap <= i and al.kept_prefix[i] == al.kept_prefix[gap]:
-                        sites.append(_Site(i, j, len(removed), len(added)))
+                gap = al.gap[jc]
+                for i, ic in _find_removed(al, removed, claimed_old):
+                    if gap <= ic and al.kept_prefix[ic] == al.kept_prefix[gap]:
+                        sites.append(_Site(i, j, len(removed), len(added), ic))
                         break
             else:
-                sites.append(_Site(al.gap[_slide_up(al.new, j, len(added))], j, 0, len(added)))
+                sites.append(_Site(al.gap[j], j, 0, len(added), al.gap[jc]))
     else:
         old_lo = al.gap[lo] if new_range else 0
         old_hi = al.gap[hi] + 1 if new_range else len(al.old)
-        for i in _find_removed(al, removed, claimed_old, old_lo, old_hi + len(removed)):
-            sites.append(_Site(i, None, len(removed), 0))
+        for i, ic in _find_removed(al, removed, claimed_old, old_lo, old_hi + len(removed)):
+            sites.append(_Site(i, None, len(removed), 0, ic))
     if not sites:
         return None
     if near is not None:
@@ -519,9 +583,13 @@ def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> tupl
             return None
         _claim(site, c_old, c_new)
         sites.append(_Site(site.old_pos + lo, None if site.new_pos is None else site.new_pos + lo,
-                           site.old_len, site.new_len))
+                           site.old_len, site.new_len, site.key + lo))
     stock_sites = [
-        _Site(_expected_to_stock(state, s.old_pos, bool(s.old_len)), s.new_pos, s.old_len, s.new_len) for s in sites
+        _Site(
+            _expected_to_stock(state, s.old_pos, bool(s.old_len)), s.new_pos, s.old_len, s.new_len,
+            _expected_to_stock(state, s.key, bool(s.old_len)),
+        )
+        for s in sites
     ]
     return stock_sites, applied
 
@@ -607,9 +675,7 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
             landed_scope=l_scope,
         )
 
-    same = len(expected) == len(landed) and all(
-        e.old_pos == s.old_pos for e, s in zip(expected, landed)
-    )
+    same = len(expected) == len(landed) and all(e.same_place(s) for e, s in zip(expected, landed))
     if same:
         verdict = {
             Verdict.EXACT: AuditVerdict.EXACT,
@@ -630,7 +696,7 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
     where_e = f" ({e_scope.describe()})" if e_scope else ""
     if landed_at == expected_at:
         # first groups agree, a later group of the same hunk went elsewhere
-        bad = next(g for g, (e, s) in enumerate(zip(expected, landed)) if e.old_pos != s.old_pos)
+        bad = next(g for g, (e, s) in enumerate(zip(expected, landed)) if not e.same_place(s))
         reason = (
             f"change group {bad + 1} landed at line {landed[bad].old_pos + 1}, "
             f"belongs at line {expected[bad].old_pos + 1}"
