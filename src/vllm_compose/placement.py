@@ -512,26 +512,20 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                         continue
                     return _Plan([], "the target no longer has the lines the hunk removes")
                 start = end = nxt
-            elif prev is not None:
-                start = end = prev + 1
-            elif nxt is not None:
-                start = end = nxt
+            elif g.b > g.a:
+                return _Plan([], "the target no longer has the lines the hunk removes, and no line next to "
+                                 "them agrees")
+            elif prev is not None or nxt is not None:
+                # one neighbour anchors the insertion; already applied when the added lines sit right there
+                start = end = prev + 1 if prev is not None else nxt
+                if any(added_n):
+                    k = len(added_n)
+                    near = (prev + 1, prev + 1 + k) if prev is not None else (nxt - k, nxt)
+                    if near[0] >= 0 and [tgt.norm[t] for t in range(*near) if t < len(T)] == added_n:
+                        edits.append(_Edit(near[0], near[1], [], True))
+                        continue
             else:
                 return _Plan([], "no line next to the change agrees with the target (nothing anchors it)")
-            if g.b > g.a:
-                # removed lines are all gone; already applied only if the added lines are right there
-                return _Plan([], "the target no longer has the lines the hunk removes")
-            # already applied with one anchor: the added lines sit right at the anchor
-            if any(added_n):
-                if prev is not None and [tgt.norm[t] for t in range(prev + 1, min(prev + 1 + len(added_n),
-                                                                                   len(T)))] == added_n:
-                    edits.append(_Edit(prev + 1, prev + 1 + len(added_n), [], True))
-                    continue
-                if nxt is not None and nxt - len(added_n) >= 0 and [
-                    tgt.norm[t] for t in range(nxt - len(added_n), nxt)
-                ] == added_n:
-                    edits.append(_Edit(nxt - len(added_n), nxt, [], True))
-                    continue
         # indentation: nearest non-blank matched context line on each side, and every removed line
         deltas: list[tuple[int | str, int]] = []
         for j in range(g.a - 1, -1, -1):
