@@ -1,0 +1,141 @@
+"""Scope: class/def chain, syntactic role and branch of a position, for whole files and for hunk fragments."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_compose.scope import PythonLayout, Scope, hunk_intent, parse_error, scope_at
+
+SOURCE = '''\
+import os
+from pkg import (
+    alpha,
+    beta,
+)
+
+
+class Engine(Base):
+    """Doc with a ( bracket and a 'quote."""
+
+    def run(
+        self,
+        count: int,
+    ) -> None:
+        table = {
+            "a": 1,
+        }
+        names = [
+            "x",
+        ]
+        self.call(
+            count,
+        )
+        if count == 10:
+            value = self.pick(
+                table,
+            )
+        elif count > 10:
+            value = 2
+        else:
+            value = 3
+        text = """
+        not ( code
+        """
+        return value[
+            0
+        ]
+'''
+LINES = SOURCE.splitlines()
+
+
+def _line(text: str) -> int:
+    """1-based number of the first line whose stripped text is `text`."""
+    return next(i + 1 for i, ln in enumerate(LINES) if ln.strip() == text)
+
+
+@pytest.mark.parametrize(
+    "text, role",
+    [
+        ("alpha,", "import-names"),
+        ("count: int,", "parameters"),
+        ('"a": 1,', "dict"),
+        ('"x",', "list"),
+        ("count,", "call-arguments"),
+        ("table,", "call-arguments"),
+        ("not ( code", "string"),
+        ("0", "subscript"),
+        ("value = 2", "block"),
+        ("import os", "module"),
+    ],
+)
+def test_role(text: str, role: str) -> None:
+    scope = scope_at(LINES, _line(text))
+    assert scope is not None and scope.role == role
+
+
+def test_chain_and_branch() -> None:
+    s = scope_at(LINES, _line("value = 2"))
+    assert s.chain == ("class Engine", "def run")
+    assert s.branch == "elif count > 10"
+    assert s.describe() == "Engine.run [block] in branch `elif count > 10`"
+    s = scope_at(LINES, _line("value = 3"))
+    assert s.branch == "else"
+    assert s.headers[0] == "else|if count == 10"
+    # inside the signature: the def itself encloses the position
+    assert scope_at(LINES, _line("count: int,")).chain == ("class Engine", "def run")
+    # inside a call in a branch: the branch of the statement that opened the call
+    assert scope_at(LINES, _line("table,")).branch == "if count == 10"
+
+
+def test_scope_at_none_when_file_does_not_parse() -> None:
+    assert scope_at(["def f(:", "    pass"], 1) is None
+    assert parse_error("def f(:\n") is not None
+    assert parse_error("x = 1\n") is None
+
+
+def test_layout_survives_fragments() -> None:
+    """A fragment starting inside a call records the unmatched closer instead of failing."""
+    lay = PythonLayout(["        b,", "    )", "    return x"])
+    assert lay.unmatched_closers == [(1, ")")]
+
+
+@pytest.mark.parametrize(
+    "before, change, after, role, klass",
+    [
+        # the hunk shows only the closing parenthesis after the change: inside some parentheses
+        (["            batch,", "            steps,"], ["            extra=extra,"], ["        )", "", "        return x"],
+         None, "("),
+        # a closing `) -> T:` after the change: a signature
+        (["        count: int,"], ["        extra: int = 0,"], ["    ) -> None:", "        pass"], "parameters", "("),
+        # the opener is visible: exact role
+        (["        self.call("], ["            extra,"], ["        )"], "call-arguments", "("),
+        (["    names = ["], ['        "y",'], ["    ]"], "list", "["),
+        # balanced context: statement level
+        (["    a = 1"], ["    b = 2"], ["    return a + b"], None, "stmt"),
+    ],
+)
+def test_hunk_intent_role(before, change, after, role, klass) -> None:
+    intent = hunk_intent(before, change, after)
+    assert (intent.role, intent.klass) == (role, klass)
+
+
+def test_hunk_intent_rejects_wrong_role_and_branch() -> None:
+    # a keyword argument meant inside a call, checked against a statement-level site (after the `)`)
+    intent = hunk_intent(["            steps,"], ["            extra=extra,"], ["        )"])
+    assert intent.accepts(Scope(("def plan",), "block")) is not None
+    assert intent.accepts(Scope(("def plan",), "call-arguments")) is None
+    # a parameter meant inside a signature, checked against the first statement of the body
+    intent = hunk_intent(["        count: int,"], ["        extra: int = 0,"], ["    ) -> None:"])
+    assert "parameters" in intent.accepts(Scope(("def run",), "block"))
+    # the hunk shows its list sits in the `else` branch
+    intent = hunk_intent(["        else:", "            return ["], ["                NEW,"], ["            ]"])
+    assert intent.headers == ("else",)
+    assert intent.accepts(Scope(role="list", headers=("if major == 10", "def f"))) is not None
+    assert intent.accepts(Scope(role="list", headers=("else|if major == 10", "def f"))) is None
+
+
+def test_hunk_intent_unknown_inside_docstring() -> None:
+    """A hunk that starts inside a docstring cannot tell its role; it then constrains nothing."""
+    intent = hunk_intent(["    Some text.", '    """'], ["    x = 1"], ["    y = 2"])
+    assert intent.klass is None
+    assert intent.accepts(Scope(role="call-arguments")) is None
