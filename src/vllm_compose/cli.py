@@ -72,7 +72,52 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="validate a series folder (series.toml and its patches)")
     v.add_argument("--series", default=DEFAULTS["series"], type=Path)
+    _artifact_parsers(sub)
     return p
+
+
+def _artifact_parsers(sub) -> None:
+    """`wheel`, `editable`, `image-overlay`: artifacts built from a compose (docs/install.md)."""
+
+    def branch_args(x) -> None:
+        x.add_argument("--onto", required=True, metavar="TAG", help="release tag whose compose branch to build from")
+        x.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
+        x.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
+        x.add_argument("--branch", help="compose branch (default: the series' compose-<PRs>-<TAG>)")
+        x.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+
+    def stock_args(x) -> None:
+        x.add_argument("--stock-wheel", type=Path, metavar="FILE", help="the stock vLLM wheel of the release "
+                       "(default: fetched from the index into the wheel cache)")
+        x.add_argument("--wheel-cache", type=Path, metavar="DIR", help="where stock wheels are cached "
+                       "(default: <cache>/wheels)")
+        x.add_argument("--index-url", help="package index for the stock wheel (default: PyPI)")
+
+    w = sub.add_parser("wheel", help="build the overlay wheel of a compose branch (no compiling)")
+    branch_args(w)
+    stock_args(w)
+    w.add_argument("--out", default=Path("dist"), type=Path, metavar="DIR", help="output folder (default: dist)")
+    w.add_argument("--label", help="PEP 440 local label (default: compose.<PRs>.g<tree>)")
+    w.add_argument("--verify", action="store_true", help="re-check every RECORD hash of the written wheel")
+    w.add_argument("--json", type=Path, metavar="FILE", help="also write what was built as JSON")
+
+    e = sub.add_parser("editable", help="pip install -e the composed tree over the precompiled stock wheel")
+    branch_args(e)
+    stock_args(e)
+    e.add_argument("--run", action="store_true", help="run the install (default: print the command)")
+    e.add_argument("--python", help="interpreter whose pip installs (default: this one)")
+    e.add_argument("--no-build-isolation", action="store_true", help="build with the installed torch")
+
+    i = sub.add_parser("image-overlay", help="compose the series onto an installed vLLM (site-packages) in place")
+    i.add_argument("--site-packages", required=True, type=Path, metavar="DIR", help="folder holding vllm/")
+    i.add_argument("--series", default=DEFAULTS["series"], type=Path)
+    i.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR")
+    i.add_argument("--cache", type=Path, metavar="DIR")
+    i.add_argument("--offline", action="store_true", help="use only the cache and --sources")
+    i.add_argument("--onto", metavar="TAG", help="release tag (default: v + the installed vLLM version)")
+    i.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+    i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
+    i.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         handler = {"rebase": _rebase, "apply": _apply, "check-fuzz": _check_fuzz, "validate": _validate}
+        handler.update({"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay})
         return int(handler[args.command](args))
     except ComposeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -208,6 +254,81 @@ def _validate(args) -> int:
     series = load_series(args.series)
     print(f"{series.file}: {len(series.entries)} entries OK")
     return ExitCode.OK
+
+
+def _stock_wheel(args, version: str, progress=None) -> Path:
+    """`--stock-wheel`, or the release's stock wheel from the wheel cache (downloaded, sha256-checked, when absent)."""
+    from .artifacts.wheel import fetch_stock_wheel
+    from .sources import default_cache_root
+
+    if args.stock_wheel:
+        return args.stock_wheel
+    cache_dir = args.wheel_cache or default_cache_root() / "wheels"
+    return fetch_stock_wheel(version, cache_dir, index_url=args.index_url, progress=progress)
+
+
+def _wheel(args) -> int:
+    from .artifacts import branch as branch_mod
+    from .artifacts.wheel import build_overlay_wheel, verify_wheel
+    from .report import write_json
+
+    branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
+    checks = branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
+    with _progress(False) as progress:
+        stock = _stock_wheel(args, branch.version, progress)
+    out = build_overlay_wheel(stock, branch.composed_tree(), branch.changed, args.label or branch.label, args.out)
+    checked = verify_wheel(out) if args.verify else None
+    print(f"{branch.branch} ({len(branch.entries)} entries, {len(branch.changed)} changed files) onto {stock.name}")
+    print("checks: " + ", ".join(f"{r.name} {r.status}" for r in checks.results))
+    if checked is not None:
+        print(f"verified {checked} members against RECORD")
+    print(out)
+    if args.json:
+        data = {"wheel": str(out), "stock_wheel": str(stock), "branch": branch.to_json(), "checks": checks.to_json()}
+        write_json(args.json, data)
+    return ExitCode.OK
+
+
+def _editable(args) -> int:
+    import os
+    import subprocess
+
+    from .artifacts import branch as branch_mod
+    from .artifacts.editable import editable_install
+
+    branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
+    branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
+    branch_mod.require_checked_out(branch, args.repo)
+    with _progress(False) as progress:
+        stock = _stock_wheel(args, branch.version, progress)
+    install = editable_install(args.repo, stock, branch.label, python=args.python,
+                               build_isolation=not args.no_build_isolation)
+    if not install.version_labelled:
+        print(f"warning: {args.repo}/setup.py does not read VLLM_VERSION_OVERRIDE; the install will not say "
+              f"{install.version}", file=sys.stderr)
+    print(install.shell())
+    if not args.run:
+        return ExitCode.OK
+    done = subprocess.run(install.argv, env={**os.environ, **install.env}, check=False)
+    if done.returncode != 0:
+        raise ComposeError(f"pip install -e {args.repo} failed (exit {done.returncode})",
+                           hint="read pip's output above; the command is printed above to rerun by hand")
+    print(f"installed vllm {install.version} (editable, precompiled kernels from {stock.name})")
+    return ExitCode.OK
+
+
+def _image_overlay(args) -> int:
+    from .artifacts.image import overlay_site_packages
+    from .report import write_json
+
+    result = overlay_site_packages(
+        args.site_packages, args.series, _cache(args), tag=args.onto, offline=args.offline,
+        import_smoke=not args.no_import_smoke, dry_run=args.dry_run,
+    )
+    print(result.render(), end="")
+    if args.json:
+        write_json(args.json, result.to_json())
+    return result.exit_code
 
 
 class _progress:

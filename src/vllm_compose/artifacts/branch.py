@@ -1,0 +1,226 @@
+"""A compose branch as the input of an artifact: its release and composed trees, the changed paths, the version
+label, and the gate every artifact passes before it is built.
+
+The wheel, the editable install and the image are built from `compose-<PRs>-<tag>` as `vllm-compose rebase` wrote
+it. `open_branch` reads that branch; `gate` re-runs the checks of the composed tree against the release (compile,
+new undefined names, import smoke where the runtime is importable) and refuses a tree that fails them.
+
+Why re-run rather than trust: the compose writes the branch only when its audit and checks are clean, but a branch
+is a ref anyone can move. `open_branch` therefore also refuses a branch holding a commit this tool did not write
+(no `Composed-By` trailer: hand edits were never audited) or that does not descend from the release. The checks are
+recomputed because they are cheap (seconds) and depend only on the two trees; the audit needs every entry's patch
+and is the compose's job, so a branch that exists and carries only compose commits stands for a clean audit.
+
+The version label (`local_label`): `compose.<PR numbers>.g<digest>`, e.g. `compose.46994.38476.g1a2b3c4`. The PR
+numbers say what is in it (the issue's example form). The `g` + first 7 hex digits of the overlay digest (sha256
+over every changed `vllm/` path and its composed content, `overlay_digest`) make two different series (other fixes,
+another PR revision) give different versions, while composing the same series onto the same release twice gives the
+same version: the digest is content, not history, so a rebuild is recognised as the same thing, and the wheel and
+the image agree. The `g` prefix keeps the segment alphanumeric (an all-digit hash would be read as a number and
+lose leading zeros under PEP 440 normalisation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from .. import gitstore
+from ..checks import CheckReport, run_checks
+from ..errors import RefusedError, RepositoryError
+from ..series import load_series, version_of_tag
+from ..trees import FileTree, GitTree
+from .wheel import PACKAGE_DIR
+
+#: trailer every commit written by the compose carries (replay.COMPOSED_BY; repeated to keep this import-light)
+COMPOSED_BY = "Composed-By: vllm-compose"
+#: commits walked from the branch tip back to the release before giving up (a series has tens of entries)
+MAX_COMMITS = 10_000
+
+_PR_TRAILER = re.compile(r"^Upstream-PR:\s*(?:.*/)?(\d+)\s*$", re.M)
+_ENTRY_TRAILER = re.compile(r"^Series-Entry:\s*(\S+)\s*$", re.M)
+
+
+@dataclass
+class ComposedBranch:
+    """The compose branch of one tag: release commit, tip, what changed and which entries it holds."""
+
+    repo: pygit2.Repository
+    tag: str
+    branch: str
+    base: pygit2.Commit
+    head: pygit2.Commit
+    #: source-tree paths that differ between release and tip, deleted ones included
+    changed: list[str]
+    #: series entry ids of the branch's commits, oldest first
+    entries: list[str] = field(default_factory=list)
+    #: upstream PR numbers of those entries, in order
+    prs: list[int] = field(default_factory=list)
+
+    @property
+    def version(self) -> str:
+        """The release version (`v0.26.0` -> `0.26.0`)."""
+        return str(version_of_tag(self.tag))
+
+    @property
+    def label(self) -> str:
+        """The PEP 440 local label (see the module docstring): `compose.<PRs>.g<overlay digest[:7]>`."""
+        return local_label(self.prs, overlay_digest(self.composed_tree(), self.changed))
+
+    def release_tree(self) -> GitTree:
+        return GitTree(self.repo, self.base.tree, self.tag)
+
+    def composed_tree(self) -> GitTree:
+        return GitTree(self.repo, self.head.tree, self.branch)
+
+    def to_json(self) -> dict:
+        return {
+            "tag": self.tag,
+            "branch": self.branch,
+            "base": str(self.base.id),
+            "head": str(self.head.id),
+            "tree": str(self.head.tree.id),
+            "label": self.label,
+            "entries": self.entries,
+            "prs": self.prs,
+            "changed": self.changed,
+        }
+
+
+def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None = None) -> ComposedBranch:
+    """Read the compose branch of `tag` (named by the series unless `branch` is given) in `repo_dir`.
+
+    Raises `RepositoryError` (exit 3) when the tag or branch is missing, `RefusedError` (exit 2) when the branch holds
+    a commit the compose did not write or does not descend from the release.
+    """
+    version_of_tag(tag)
+    if branch is None:
+        branch = load_series(series_dir).branch_name(tag)
+    repo = gitstore.open_or_init_repo(repo_dir)
+    base = _peel(repo, f"refs/tags/{tag}")
+    if base is None:
+        raise RepositoryError(
+            f"release tag {tag} is not in {repo_dir}",
+            tag=tag,
+            hint=f"compose first: vllm-compose rebase --onto {tag} --repo {repo_dir}",
+        )
+    head = _peel(repo, f"refs/heads/{branch}")
+    if head is None:
+        raise RepositoryError(
+            f"branch {branch} is not in {repo_dir}",
+            tag=tag,
+            hint=f"compose first: vllm-compose rebase --onto {tag} --repo {repo_dir} (a refused or stopped compose "
+            "writes no branch)",
+        )
+    entries: list[str] = []
+    prs: list[int] = []
+    commit = head
+    for _ in range(MAX_COMMITS):
+        if commit.id == base.id:
+            break
+        if COMPOSED_BY not in commit.message:
+            raise RefusedError(
+                f"branch {branch} holds commit {str(commit.id)[:12]} ({commit.message.splitlines()[0]!r}) that "
+                "vllm-compose did not write: its content was never audited",
+                tag=tag,
+                hint="turn the change into a series entry (a local patch) and compose again",
+            )
+        if m := _ENTRY_TRAILER.search(commit.message):
+            entries.append(m.group(1))
+        if m := _PR_TRAILER.search(commit.message):
+            prs.append(int(m.group(1)))
+        if not commit.parents:
+            commit = None
+            break
+        commit = commit.parents[0]
+    if commit is None or commit.id != base.id:
+        raise RefusedError(
+            f"branch {branch} does not descend from release {tag} ({str(base.id)[:12]})",
+            tag=tag,
+            hint=f"compose again: vllm-compose rebase --onto {tag}",
+        )
+    entries.reverse()
+    prs.reverse()
+    changed = changed_paths(repo, base.tree, head.tree)
+    return ComposedBranch(repo, tag, branch, base, head, changed, entries, prs)
+
+
+def overlay_digest(composed: FileTree, changed: list[str]) -> str:
+    """sha256 over what the overlay does to the package: each changed `vllm/` path and its composed content.
+
+    Only the package counts (what a wheel or an image carries), so the wheel of a compose branch and an image
+    composed onto its site-packages get the same label when they change the same files the same way.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(p for p in changed if p.startswith(PACKAGE_DIR)):
+        data = composed.read(path)
+        content = hashlib.sha256(data).hexdigest() if data is not None else "deleted"
+        digest.update(f"{path}\0{content}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def local_label(prs: list[int], digest: str) -> str:
+    """`compose.<PR numbers>.g<digest[:7]>`."""
+    return ".".join(["compose", *(str(n) for n in prs), "g" + digest[:7]])
+
+
+def changed_paths(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
+    """Paths whose content differs between two trees, added, modified and deleted alike (sorted)."""
+    paths = set()
+    for patch in repo.diff(a, b):
+        delta = patch.delta
+        paths.add(delta.old_file.path if delta.status_char() == "D" else delta.new_file.path)
+        if delta.status_char() == "R":
+            paths.add(delta.old_file.path)
+    return sorted(paths)
+
+
+def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None = None) -> CheckReport:
+    """Re-run the checks of the composed tree against the release; raise `RefusedError` (exit 2) when one fails.
+
+    Returns the report (warnings and a skipped import smoke do not refuse; the report shows them).
+    """
+    report = run_checks(
+        branch.release_tree(), branch.composed_tree(), branch.changed, import_smoke=import_smoke, python=python
+    )
+    if not report.ok:
+        errors = [str(f) for f in report.findings if f.severity == "error"]
+        shown = "; ".join(errors[:5]) + (f" and {len(errors) - 5} more" if len(errors) > 5 else "")
+        raise RefusedError(
+            f"the checks of {branch.branch} against {branch.tag} fail: {shown}",
+            tag=branch.tag,
+            hint="fix the series (a skew-fix entry) and compose again; no artifact was built",
+        )
+    return report
+
+
+def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:
+    """Refuse unless `worktree` (the repository's work tree) holds exactly the branch's tree.
+
+    `pip install -e` builds from the files on disk, so they must be the composed ones. Untracked files are allowed:
+    the precompiled build writes `.so` files and `vllm/_version.py` there.
+    """
+    repo = branch.repo
+    if repo.is_bare or repo.head_is_unborn or repo.head.peel(pygit2.Commit).tree.id != branch.head.tree.id:
+        raise RepositoryError(
+            f"{worktree} does not have {branch.branch} checked out",
+            tag=branch.tag,
+            hint=f"git -C {worktree} checkout --detach {branch.branch}",
+        )
+    if gitstore.is_dirty(repo):
+        raise RepositoryError(
+            f"{worktree} has local changes to tracked files",
+            tag=branch.tag,
+            hint="commit them as a series entry, or `git checkout .` them away, then run again",
+        )
+
+
+def _peel(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
+    try:
+        return repo.lookup_reference(ref).peel(pygit2.Commit)
+    except (KeyError, pygit2.InvalidSpecError, ValueError):
+        return None
