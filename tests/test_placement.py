@@ -40,7 +40,7 @@ def test_case_folder(case: Path) -> None:
             for h in expected["hunks"]]
     evidence = "\n".join(f"hunk {p.hunk.index}: {p.evidence}" for p in result.placements)
     assert got == want, evidence
-    for p, h in zip(result.placements, expected["hunks"]):
+    for p, h in zip(result.placements, expected["hunks"], strict=True):
         for needle in h.get("evidence_contains", []):
             assert needle in p.evidence, f"hunk {p.hunk.index}: {needle!r} not in {p.evidence!r}"
         if "scope" in h:

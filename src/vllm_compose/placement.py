@@ -411,12 +411,9 @@ def _groups(hunk: Hunk) -> list[_Group]:
 
 def _intents(hunk: Hunk, groups: list[_Group]) -> None:
     """Attach to each group what the hunk's own lines imply about its site (Python only)."""
-    post_before: list[str] = []
-    # index hunk lines per group
     lines = hunk.lines
     pos = 0
     spans = []
-    gi = 0
     while pos < len(lines):
         if lines[pos][0] == " ":
             pos += 1
@@ -425,8 +422,7 @@ def _intents(hunk: Hunk, groups: list[_Group]) -> None:
         while pos < len(lines) and lines[pos][0] != " ":
             pos += 1
         spans.append((start, pos))
-        gi += 1
-    for g, (s, e) in zip(groups, spans):
+    for g, (s, e) in zip(groups, spans, strict=True):
         post_before = [t for op, t in lines[:s] if op != "-"]
         change = [t for op, t in lines[s:e] if op == "+"] or [t for op, t in lines[s:e] if op == "-"]
         after = [t for op, t in lines[e:] if op != "-"]
@@ -604,7 +600,7 @@ def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment
     """Why the site disagrees with the scope the hunk implies (None when it agrees)."""
     name = section_name(hunk.section)
     first_edit_scope = None
-    for g, e in zip(groups, plan.edits):
+    for g, e in zip(groups, plan.edits, strict=True):
         sc = _site_scope(tgt, e, g, hunk)
         if first_edit_scope is None:
             first_edit_scope = sc
@@ -664,21 +660,32 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
         return _place_without_context(hunk, tgt)
 
     alignments = _alignments(P, tgt)
-    scored = []  # (alignment, plan, scope problem)
+    ranked = []  # (alignment, plan), best first
     for al in alignments:
-        if al.score <= 0:
-            continue
-        plan = _plan(hunk, groups, al, tgt)
+        if al.score > 0:
+            ranked.append((al, _plan(hunk, groups, al, tgt)))
+    ranked.sort(key=lambda x: (-int(x[0].verbatim), -x[0].credit, _line_of(x[0])))
+    candidates = [(_line_of(a), round(a.score, 3)) for a, _ in ranked[:8]]
+    # Scope checks cost a little; run them best first and stop once no later site can be the best acceptable
+    # one or a close rival of it (see `_too_close`).
+    eligible: list[tuple[_Alignment, _Plan, None]] = []
+    rejected: list[tuple[_Alignment, _Plan, str]] = []
+    for al, plan in ranked:
+        if eligible:
+            top = eligible[0][0]
+            if top.verbatim and not al.verbatim:
+                break
+            if not top.verbatim and al.credit < top.credit - MIN_MARGIN:
+                break
         problem = None
         if tgt.is_py:
             probe = plan if plan.error is None else _approximate_plan(groups, al)
             if probe is not None:
                 problem = _scope_problem(hunk, groups, probe, al, tgt)
-        scored.append((al, plan, problem))
-    scored.sort(key=lambda x: (-int(x[0].verbatim), -x[0].credit, _line_of(x[0])))
-    candidates = [(_line_of(a), round(a.score, 3)) for a, _, _ in scored[:8]]
-    eligible = [s for s in scored if s[2] is None]
-    rejected = [s for s in scored if s[2] is not None]
+        if problem is None:
+            eligible.append((al, plan, None))
+        else:
+            rejected.append((al, plan, problem))
 
     def conflict(msg: str, score: float = 0.0) -> Placement:
         return Placement(hunk, Verdict.CONFLICT, evidence=msg, score=score, candidates=candidates)

@@ -35,8 +35,9 @@ file and for the fragment of code a diff hunk shows:
 
 The same indentation walk is deliberately used instead of the `ast` node spans: it gives an answer for the few lines
 of a hunk (which do not parse on their own) and for the gap *between* two lines, where what encloses an inserted
-statement depends only on the indentation it will be written with.  `ast` is used to decide whether a file parses
-(`scope_at` returns None for a file that does not).
+statement depends only on the indentation it will be written with.  Whether a file parses is decided by compiling it
+(`scope_at` returns None for a file that does not; `parse_error` compiles the source, which is faster than
+building `ast` objects and also reports the errors the compiler finds after parsing).
 
 How placement infers what a hunk intends (`HunkIntent`), from the hunk's own lines and its ``@@`` section text:
 
@@ -55,7 +56,6 @@ How placement infers what a hunk intends (`HunkIntent`), from the hunk's own lin
 
 from __future__ import annotations
 
-import ast
 import keyword
 import re
 from dataclasses import dataclass
@@ -68,9 +68,12 @@ _TOKEN = re.compile(
     r"""|(?P<c>\#)"""
     r"""|(?P<o>[(\[{])"""
     r"""|(?P<x>[)\]}])"""
-    r"""|(?P<colon>:)"""
     r"""|(?P<bs>\\$)"""
 )
+#: a line with none of these characters changes no lexer state (most lines have some, but it is cheap to ask)
+_INTERESTING = re.compile(r"""["'#()\[\]{}\\]""")
+#: the text after a `{` that makes it a dict: a key followed by ':' (or `**mapping`, or `}` right away)
+_DICT_START = re.compile(r"""^\s*(?:\*\*|\}|(?:[^,:'"{}\[\]()]|'[^']*'|"[^"]*")+:(?!=))""")
 _CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
 _OPENER_OF = {")": "(", "]": "[", "}": "{"}
 _ROLE_CLASS = {
@@ -137,16 +140,33 @@ class Scope:
 
 
 class _Frame:
-    """One open bracket: its character, its role, and the statement line that opened it."""
+    """One open bracket: its character, where it opened, and the statement line that opened it.
 
-    __slots__ = ("char", "role", "line", "stmt_line", "parent")
+    The role is worked out only when asked for: a file has thousands of brackets, placement asks about a few."""
 
-    def __init__(self, char: str, role: str, line: int, stmt_line: int, parent: _Frame | None) -> None:
+    __slots__ = ("char", "text", "col", "line", "stmt_line", "parent", "_role", "_next")
+
+    def __init__(self, char: str, text: str, col: int, line: int, stmt_line: int, parent: _Frame | None,
+                 next_line: str = "") -> None:
         self.char = char
-        self.role = role
+        self.text = text
+        self.col = col
         self.line = line
         self.stmt_line = stmt_line
         self.parent = parent
+        self._role: str | None = None
+        self._next = next_line
+
+    @property
+    def role(self) -> str:
+        if self._role is None:
+            self._role = _opener_role(self.char, self.text[: self.col])
+            if self.char == "{":
+                after = self.text[self.col + 1 :]
+                if not after.strip() or after.lstrip().startswith("#"):
+                    after = self._next
+                self._role = "dict" if _DICT_START.match(after) else "set"
+        return self._role
 
 
 def _indent_width(line: str) -> int:
@@ -167,7 +187,7 @@ def _opener_role(char: str, before: str) -> str:
     """Classify an opening bracket from the text that precedes it on its line."""
     before = before.rstrip()
     if char == "{":
-        return "set"  # becomes "dict" when a ':' shows up at its depth
+        return "set"  # the caller tells a dict from the text after the brace
     if char == "(":
         if _TAIL_DEF.search(before):
             return "class-bases" if re.search(r"\bclass\s+\w+\s*$", before) else "parameters"
@@ -232,6 +252,8 @@ class PythonLayout:
                     self.code_start[i] = True
                     self.indent[i] = _indent_width(line)
             continued = False
+            if not _INTERESTING.search(line, pos):
+                continue
             while True:
                 m = _TOKEN.search(line, pos)
                 if m is None:
@@ -249,7 +271,8 @@ class PythonLayout:
                     break
                 elif kind == "o":
                     stmt_line = frame.stmt_line if frame is not None else self._stmt_line(i)
-                    frame = _Frame(m.group(), _opener_role(m.group(), line[: m.start()]), i, stmt_line, frame)
+                    nxt = self.lines[i + 1] if m.group() == "{" and i + 1 < len(self.lines) else ""
+                    frame = _Frame(m.group(), line, m.start(), i, stmt_line, frame, nxt)
                 elif kind == "x":
                     if frame is not None and _CLOSER_OF[frame.char] == m.group():
                         frame = frame.parent
@@ -257,9 +280,6 @@ class PythonLayout:
                         self.unmatched_closers.append((i, m.group()))
                     else:
                         frame = frame.parent  # mismatched closer: recover by popping
-                elif kind == "colon":
-                    if frame is not None and frame.char == "{" and frame.role == "set":
-                        frame.role = "dict"
                 elif kind == "bs":
                     continued = True
         self.frame_at[len(self.lines)] = frame
@@ -333,7 +353,7 @@ class PythonLayout:
 
     def is_header(self, j: int) -> bool:
         text = self.lines[j].strip()
-        word = re.split(r"[\s:(]", text, 1)[0]
+        word = re.split(r"[\s:(]", text, maxsplit=1)[0]
         if word not in _COMPOUND:
             return False
         if word in ("match", "case"):
@@ -363,7 +383,7 @@ class PythonLayout:
             if m:
                 chain.append(f"{m.group(1)} {m.group(2)}")
             elif branch is None and not chain:
-                word = re.split(r"[\s:(]", self.lines[j].strip(), 1)[0]
+                word = re.split(r"[\s:(]", self.lines[j].strip(), maxsplit=1)[0]
                 if word in _BRANCH:
                     branch = _header_key(self.lines[j].strip())
         return Scope(chain=tuple(reversed(chain)), role=role, branch=branch, headers=keys)
@@ -510,7 +530,9 @@ def hunk_intent(before: list[str], change: list[str], after: list[str]) -> HunkI
 def parse_error(text: str, path: str = "<file>") -> tuple[int, str] | None:
     """(1-based line, message) of the first syntax error in Python source `text`, or None when it parses."""
     try:
-        ast.parse(text, filename=path)
+        # compiling to code skips building Python AST objects (faster) and also reports the errors the
+        # compiler finds after parsing ('return' outside a function, ...)
+        compile(text, path, "exec", dont_inherit=True)
     except SyntaxError as e:
         return (e.lineno or 0, e.msg or "invalid syntax")
     except (ValueError, MemoryError, RecursionError) as e:
