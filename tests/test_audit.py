@@ -197,3 +197,30 @@ def test_real_every_hunk_has_a_verdict(real_application) -> None:
     patches = [parse_patch(p.read_bytes(), p.name) for p in (PR46994, PR38476)]
     assert len(real_application.hunks) == sum(p.hunk_count for p in patches)
     assert real_application.summary["misplaced"] >= 4
+
+
+@needs_gnu_patch
+@pytest.mark.parametrize("case", ["failed", "fuzz-at-end"])
+def test_no_acceptable_site_shows_engines_best_rejected_site(case: str, tmp_path: Path) -> None:
+    folder = CASES / case
+    patched, patches = patched_copy(folder, tmp_path)
+    report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
+    [h] = report.bad_hunks
+    assert h.expected_at is None
+    # the engine's best candidate: the loop's function, whose body no longer matches the hunk's pre-image
+    assert h.rejected_at == 18 and h.rejected_score is not None and h.rejected_score < 0.5
+    text = render_text(report)
+    assert f"engine's best (rejected) site: line 18 (score {h.rejected_score:.2f})" in text
+    assert "   18 => def parse(text):" in text
+    # the human view only: the JSON keeps its schema
+    assert set(h.to_json()) == {"patch", "file", "hunk", "verdict", "landed_at", "expected_at", "reason"}
+
+
+@needs_gnu_patch
+def test_placed_hunk_shows_no_rejected_site(tmp_path: Path) -> None:
+    folder = CASES / "wrong-branch"
+    patched, patches = patched_copy(folder, tmp_path)
+    report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
+    [h] = report.hunks
+    assert h.rejected_at is None
+    assert "engine's best (rejected) site" not in render_text(report)

@@ -78,6 +78,11 @@ class AuditHunk:
     expected_excerpt: list[tuple[int, str]] = field(default_factory=list, repr=False)
     #: the hunk's first changed line, shown at both sites
     change_line: str = field(default="", repr=False)
+    #: where the engine finds no acceptable site: its best candidate (stock line of the first agreeing pre-image
+    #: line) and that site's score, shown in the side-by-side view so the reader sees where it would have gone
+    rejected_at: int | None = None
+    rejected_score: float | None = None
+    rejected_excerpt: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
     @property
     def bad(self) -> bool:
@@ -629,6 +634,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
             h.expected_excerpt = _excerpt(state.stock, expected_at)
             h.landed_excerpt = _excerpt(state.stock, landed_at)
             h.change_line = next((op + t for op, t in hunk.lines if op != " "), "")
+            if expected_at is None and verdict is not AuditVerdict.AMBIGUOUS:
+                _note_rejected(h, placement, state)
         return h
 
     if placement.verdict is Verdict.ALREADY_APPLIED:
@@ -708,6 +715,18 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
     return finding(AuditVerdict.MISPLACED, reason, landed_scope=l_scope, expected_scope=e_scope)
 
 
+def _note_rejected(h: AuditHunk, placement: Placement, state: _FileState) -> None:
+    """Record the engine's best candidate site, which it rejected, in stock line numbers."""
+    if placement.ok or not placement.candidates:
+        return
+    line, score = placement.candidates[0]
+    if not 1 <= line <= len(state.expected):
+        return
+    h.rejected_at = _expected_to_stock(state, line - 1, True) + 1
+    h.rejected_score = score
+    h.rejected_excerpt = _excerpt(state.stock, h.rejected_at)
+
+
 def _offset(hunk: Hunk, first_change_at: int) -> int:
     """Lines between where the `@@` header puts the hunk's first change and where it is."""
     header_at = hunk.old_start + hunk.leading_context if hunk.old_len else hunk.old_start + 1
@@ -733,6 +752,12 @@ def render_text(report: AuditReport, width: int = 60) -> str:
         out.append("")
         out.append(f"{h.patch}: {h.file} hunk {h.hunk}: {h.verdict.value.upper()}: {h.reason}")
         left = _column("expected", h.expected_at, h.expected_scope, h.expected_excerpt, h.change_line, width)
+        if h.expected_at is None and h.rejected_at is not None:
+            # the site the engine would have taken had it accepted one; its pre-image starts at that line
+            left += _column(
+                "engine's best (rejected) site", h.rejected_at, None, h.rejected_excerpt, "", width,
+                note=f"score {h.rejected_score:.2f}" if h.rejected_score is not None else "",
+            )
         right = _column("landed", h.landed_at, h.landed_scope, h.landed_excerpt, h.change_line, width)
         for i in range(max(len(left), len(right))):
             a = left[i] if i < len(left) else ""
@@ -742,9 +767,19 @@ def render_text(report: AuditReport, width: int = 60) -> str:
 
 
 def _column(
-    title: str, line: int | None, scope: Scope | None, excerpt: list[tuple[int, str]], change: str, width: int
+    title: str,
+    line: int | None,
+    scope: Scope | None,
+    excerpt: list[tuple[int, str]],
+    change: str,
+    width: int,
+    note: str = "",
 ) -> list[str]:
+    """One side of the view: a heading, then the stock lines around `line` with `change` shown where it goes
+    (no change row when `change` is empty: the line is where the hunk's pre-image starts, not its change)."""
     head = f"{title}: line {line}" if line is not None else f"{title}: (nowhere)"
+    if note:
+        head += f" ({note})"
     if scope is not None:
         head += f" {scope.describe()}"
     rows = [_clip(head, width)]
@@ -752,9 +787,11 @@ def _column(
         return rows
     for n, text in excerpt:
         if n == line:
-            rows.append(_clip(f"{'':>5} >> {change}", width))
+            rows.append(_clip(f"{'':>5} >> {change}", width) if change else _clip(f"{n:>5} => {text}", width))
+            if not change:
+                continue
         rows.append(_clip(f"{n:>5}    {text}", width))
-    if excerpt and line > excerpt[-1][0]:
+    if change and excerpt and line > excerpt[-1][0]:
         rows.append(_clip(f"{'':>5} >> {change}", width))
     return rows
 
