@@ -10,9 +10,11 @@ numbers, is the hunk's *landing*.
 
 Independently, the placement engine says where the hunk *belongs*: `place_file` on the stock file (for a sequence of
 patches: on the stock file with the earlier patches' placements applied). That expected application is aligned with
-stock the same way, so both sites are measured by one ruler. An inserted block whose first line repeats the line
-before it can be aligned in several equivalent ways (a diff "slider"); both sides are normalised by sliding every
-inserted block as far up as it goes before taking its stock position.
+stock the same way, so both sites are measured by one ruler. An inserted (or deleted) run whose first line repeats
+the line after it can be aligned in several equivalent ways (a diff "slider"), and difflib's pick depends on the
+text around it; every alignment therefore slides each run as far down as it goes, and a change group found by its
+text is judged where that canonical run is. Two sites are the same when the group's text sits at the same stock
+line or its canonical runs do; the line reported is where the group's own text sits (the hunk's site).
 
 Verdicts: `exact`, `offset`, `fuzzy` (landed at the engine's site, which it found with offset/relocation/merge),
 `already-applied` (stock already had it), and the bad ones: `misplaced` (landed elsewhere, or the engine finds no
