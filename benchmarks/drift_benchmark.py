@@ -209,20 +209,20 @@ def _engine_rejections(records: list[dict]) -> str:
 
 
 def _reason_class(evidence: str) -> str:
-    """A short label for an engine rejection, from the first clause of its evidence."""
+    """A short label for an engine rejection, from the words its evidence uses (the full text is in the JSON)."""
     e = evidence.lower()
     for needle, label in (
-        ("parse error", "result does not parse"),
-        ("ambiguous", "no unique best site"),
-        ("not unique", "no unique best site"),
-        ("scope", "scope/role mismatch"),
-        ("role", "scope/role mismatch"),
-        ("overlap", "overlapping change"),
-        ("both", "overlapping change"),
-        ("no site", "no site"),
-        ("too little", "too little context agrees"),
-        ("agree", "too little context agrees"),
         ("raised", "engine error"),
+        ("parse error", "result does not parse"),
+        ("changed lines the hunk removes", "target changed the lines the hunk replaces"),
+        ("no longer has the lines the hunk removes", "target changed the lines the hunk replaces"),
+        ("indentation drift", "inconsistent indentation drift"),
+        ("overlap", "both sides changed the same lines"),
+        ("ambiguous", "no unique best site"),
+        ("wrong scope", "best site in another scope or role"),
+        ("too little agreement", "too little context agrees"),
+        ("no acceptable site", "no acceptable site"),
+        ("no site", "no site"),
     ):
         if needle in e:
             return label

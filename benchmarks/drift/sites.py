@@ -5,7 +5,7 @@ An edit inserts one new element right after an *anchor* element of a syntactic c
 ==============  ===========================================  ================================================
 kind            container                                    anchor (the element the new one follows)
 ==============  ===========================================  ================================================
-param           a def's parameter list                       its last parameter
+param           a def's parameter list                       its last named parameter
 kwarg           a call's argument list (by callee text)      its last keyword argument
 statement       a statement block                            a simple statement (by what it assigns or calls)
 list-element    a list display                               its last element (by text)
@@ -15,8 +15,8 @@ import-name     a ``from m import (...)`` list               its last imported n
 A site is identified by *syntax*, never by line number: the enclosing class/def chain, the container's identity
 (callee text, module name) and the anchor's identity (parameter name, keyword name, statement text, element text).
 That identity is what lets the benchmark apply the *same* edit to another release as ground truth: find the site
-with the same identity there; if there is not exactly one, or the edited file no longer parses, the ground truth is
-"must be rejected".
+with the same identity there (wherever it now is in its container: the target may have appended elements after it);
+if there is not exactly one, or the edited file no longer parses, the ground truth is "must be rejected".
 
 The layout of the inserted text follows the code around the anchor, the way a person would write it: an anchor
 alone on its line (vertical layout) gets the new element on a new line below it with the same indentation (adding
@@ -72,6 +72,9 @@ class _Anchor:
     end_col: int
     #: statements are always inserted as a new line; elements pick a layout
     statement: bool = False
+    #: the anchor is the last element of its container: only those are chosen as sites (an edit appends), but the
+    #: ground truth finds the anchor wherever it now is, since the target may have appended elements after it
+    last: bool = True
     #: 1-based line span of the top-level statement holding the anchor (decorators included): the region whose
     #: parse is re-checked after an edit, instead of the whole file
     top_start: int = 0
@@ -119,19 +122,17 @@ def _walk(tree: ast.AST):
             stack.append((child, child_chain))
 
 
-def _param_anchor(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[ast.arg, ast.AST] | None:
-    """The last named parameter of `fn` and the node where it ends (its default, or the parameter itself)."""
+def _params_with_ends(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[ast.arg, ast.AST]]:
+    """The named parameters of `fn` in source order (`*args`/`**kwargs` left out), each with the node where it
+    ends: its default, or the parameter itself."""
     a = fn.args
-    if a.kwonlyargs:
-        arg = a.kwonlyargs[-1]
-        default = a.kw_defaults[-1]
-        return arg, default or arg
     pos = a.posonlyargs + a.args
-    if not pos:
-        return None
-    arg = pos[-1]
-    default = a.defaults[-1] if a.defaults else None
-    return arg, default or arg
+    first_default = len(pos) - len(a.defaults)
+    out: list[tuple[ast.arg, ast.AST]] = [
+        (arg, a.defaults[i - first_default] if i >= first_default else arg) for i, arg in enumerate(pos)
+    ]
+    out += [(arg, default or arg) for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
+    return out
 
 
 def _statement_identity(stmt: ast.stmt) -> str:
@@ -168,7 +169,7 @@ def _anchors(tree: ast.Module, lines: list[str]) -> list[_Anchor]:
         tops.append((first, stmt.end_lineno or stmt.lineno))
     starts = [t[0] for t in tops]
 
-    def add(site: Site, start: ast.AST, end: ast.AST, statement: bool = False) -> None:
+    def add(site: Site, start: ast.AST, end: ast.AST, statement: bool = False, last: bool = True) -> None:
         sl, el = start.lineno, end.end_lineno
         if sl is None or el is None or sl > len(lines) or el > len(lines):
             return
@@ -180,30 +181,31 @@ def _anchors(tree: ast.Module, lines: list[str]) -> list[_Anchor]:
                 el,
                 _char_col(lines[el - 1], end.end_col_offset),
                 statement,
+                last,
                 *tops[bisect.bisect_right(starts, sl) - 1],
             )
         )
 
     for node, chain in _walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            pa = _param_anchor(node)
-            if pa:
-                arg, end = pa
-                inner = chain + (f"def {node.name}",)
-                add(Site("param", inner, "", arg.arg, arg.lineno), arg, end)
+            inner = chain + (f"def {node.name}",)
+            params = _params_with_ends(node)
+            for i, (arg, end) in enumerate(params):
+                add(Site("param", inner, "", arg.arg, arg.lineno), arg, end, last=i == len(params) - 1)
         elif isinstance(node, ast.Call):
             named = [k for k in node.keywords if k.arg is not None]
-            if named:
-                kw = named[-1]
-                add(Site("kwarg", chain, ast.unparse(node.func), kw.arg, kw.lineno), kw, kw)
+            callee = ast.unparse(node.func) if named else ""
+            for i, kw in enumerate(named):
+                add(Site("kwarg", chain, callee, kw.arg, kw.lineno), kw, kw, last=i == len(named) - 1)
         elif isinstance(node, ast.List) and isinstance(node.ctx, ast.Load) and node.elts:
-            el = node.elts[-1]
-            add(Site("list-element", chain, "", ast.unparse(el), el.lineno), el, el)
+            for i, el in enumerate(node.elts):
+                last = i == len(node.elts) - 1
+                add(Site("list-element", chain, "", ast.unparse(el), el.lineno), el, el, last=last)
         elif isinstance(node, ast.ImportFrom) and node.names and node.names[-1].name != "*":
-            al = node.names[-1]
-            text = al.name + (f" as {al.asname}" if al.asname else "")
             module = "." * (node.level or 0) + (node.module or "")
-            add(Site("import-name", chain, module, text, al.lineno), al, al)
+            for i, al in enumerate(node.names):
+                text = al.name + (f" as {al.asname}" if al.asname else "")
+                add(Site("import-name", chain, module, text, al.lineno), al, al, last=i == len(node.names) - 1)
         elif isinstance(node, _ANCHOR_STATEMENTS):
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
                 continue  # docstrings and bare constants
@@ -244,7 +246,11 @@ def find_sites(text: str) -> list[Site]:
     if index is None:
         return []
     lines, by_identity = index
-    unique = [group[0] for group in by_identity.values() if len(group) == 1 and _is_editable(group[0], lines)]
+    unique = [
+        group[0]
+        for group in by_identity.values()
+        if len(group) == 1 and group[0].last and _is_editable(group[0], lines)
+    ]
     return [a.site for a in sorted(unique, key=lambda a: (a.start_line, a.start_col, a.site.kind))]
 
 
