@@ -72,6 +72,25 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="validate a series folder (series.toml and its patches)")
     v.add_argument("--series", default=DEFAULTS["series"], type=Path)
+
+    st = sub.add_parser("status", help="compose onto each tag (no branch state kept on conflict) and write the "
+                        "status table")
+    st.add_argument("--onto", action="append", required=True, metavar="TAG", help="repeat for each release")
+    st.add_argument("--series", default=DEFAULTS["series"], type=Path)
+    st.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
+    st.add_argument("--sources", type=Path, metavar="DIR")
+    st.add_argument("--cache", type=Path, metavar="DIR")
+    st.add_argument("--offline", action="store_true")
+    st.add_argument("--write", type=Path, metavar="FILE", help="put the table into FILE's marked section")
+    st.add_argument("--json-dir", type=Path, metavar="DIR", help="also write each tag's report as DIR/TAG.json")
+
+    sd = sub.add_parser("series-diff", help="per-entry diff of the compose branches of two tags")
+    sd.add_argument("old", metavar="OLD_TAG")
+    sd.add_argument("new", metavar="NEW_TAG")
+    sd.add_argument("--series", default=DEFAULTS["series"], type=Path)
+    sd.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
+    sd.add_argument("--json", type=Path, metavar="FILE")
+    sd.add_argument("--no-interdiff", action="store_true")
     _artifact_parsers(sub)
     return p
 
@@ -124,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console command and the scripts; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
-        handler = {"rebase": _rebase, "apply": _apply, "check-fuzz": _check_fuzz, "validate": _validate}
+        handler = {"rebase": _rebase, "apply": _apply, "check-fuzz": _check_fuzz, "validate": _validate,
+                   "status": _status, "series-diff": _series_diff}
         handler.update({"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay})
         return int(handler[args.command](args))
     except ComposeError as exc:
@@ -329,6 +349,42 @@ def _image_overlay(args) -> int:
     if args.json:
         write_json(args.json, result.to_json())
     return result.exit_code
+
+
+def _status(args) -> int:
+    from . import replay
+    from .report import write_json
+    from .status import render_status, write_marked_section
+
+    cache = _cache(args)
+    options = replay.ComposeOptions(offline=args.offline, keep_state=False)
+    results = []
+    for tag in args.onto:
+        result = replay.Composer(args.series, args.repo, cache, options).run(tag)
+        results.append(result)
+        print(f"{tag}: {result.status}", flush=True)
+        if args.json_dir:
+            write_json(args.json_dir / f"{tag}.json", result.to_json())
+    table = render_status(results)
+    print(table, end="")
+    if args.write:
+        write_marked_section(args.write, table)
+    return ExitCode.OK if all(r.status == "composed" for r in results) else ExitCode.CONFLICT
+
+
+def _series_diff(args) -> int:
+    from . import gitstore
+    from .report import write_json
+    from .series import load_series
+    from .series_diff import render_series_diff, series_diff
+
+    series = load_series(args.series)
+    repo = gitstore.open_or_init_repo(args.repo)
+    d = series_diff(repo, (series.branch_name(args.old), args.old), (series.branch_name(args.new), args.new))
+    print(render_series_diff(d, show_interdiff=not args.no_interdiff), end="")
+    if args.json:
+        write_json(args.json, d.to_json())
+    return ExitCode.OK
 
 
 class _progress:

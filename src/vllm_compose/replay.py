@@ -171,6 +171,8 @@ class ComposeOptions:
     force: bool = False
     run_checks: bool = True
     run_audit: bool = True
+    #: on a conflict, keep resumable state and write the worktree (off for survey runs such as the status table)
+    keep_state: bool = True
     import_smoke: bool = True
 
 
@@ -508,6 +510,9 @@ class Composer:
         step: _Step,
     ) -> ComposeResult:
         result.status = "conflict"
+        if not self.options.keep_state:
+            result.message = f"stopped at entry {step.entry.id!r}: {step.outcome.reason}"
+            return result
         worktree = self.options.worktree or self.repo_dir.parent / f"vllm-compose-conflict-{tag}"
         written = {}
         if step.outcome.status == "conflict" and step.file_placements:

@@ -1,0 +1,146 @@
+"""What moving the series from one release to the next cost: a per-entry diff of two compose branches.
+
+In the spirit of `git range-diff`, but matched by identity, not by similarity: every commit the compose writes
+carries `Series-Entry: <id>`, so an entry is compared with the same entry on the other branch. An entry present on
+only one branch is `added` or `dropped` — never shown as unchanged because something similar exists. A matched entry
+is `unchanged` when its change (the diff against its parent, with line numbers and blob ids left out) is identical,
+else `changed`, with the interdiff (a unified diff of the two changes).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+import pygit2
+
+from .errors import RepositoryError
+
+_ENTRY_TRAILER = re.compile(r"^Series-Entry: (\S+)$", re.M)
+_HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+@dataclass
+class EntryDiff:
+    """One entry's fate between the two branches."""
+
+    id: str
+    status: str  # unchanged | changed | added | dropped
+    old_commit: str | None = None
+    new_commit: str | None = None
+    interdiff: str = ""
+    #: files the entry touches on each side
+    old_files: list[str] = field(default_factory=list)
+    new_files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "old_commit": self.old_commit,
+            "new_commit": self.new_commit,
+            "old_files": self.old_files,
+            "new_files": self.new_files,
+            "interdiff": self.interdiff,
+        }
+
+
+@dataclass
+class SeriesDiff:
+    old: str
+    new: str
+    entries: list[EntryDiff]
+
+    def to_json(self) -> dict:
+        return {"old": self.old, "new": self.new, "entries": [e.to_json() for e in self.entries]}
+
+
+def entry_commits(repo: pygit2.Repository, branch: str, base: str) -> list[tuple[str, pygit2.Commit]]:
+    """(entry id, commit) for each commit of `base..branch`, oldest first; commits without the trailer are an
+    error (the branch holds work that is not a compose)."""
+    try:
+        tip = repo.revparse_single(branch).peel(pygit2.Commit)
+        stop = repo.revparse_single(base).peel(pygit2.Commit)
+    except (KeyError, ValueError) as exc:
+        raise RepositoryError(f"{exc.args[0] if exc.args else exc} not found", hint="compose both tags first") from None
+    out = []
+    commit = tip
+    while commit.id != stop.id:
+        m = _ENTRY_TRAILER.search(commit.message)
+        if not m:
+            raise RepositoryError(
+                f"commit {str(commit.id)[:12]} on {branch} has no Series-Entry trailer",
+                hint="the branch holds commits not written by vllm-compose; compose the tag again",
+            )
+        out.append((m.group(1), commit))
+        if not commit.parents:
+            raise RepositoryError(f"{base} is not an ancestor of {branch}", hint="compose the tag again")
+        commit = commit.parents[0]
+    return out[::-1]
+
+
+def _normalized_change(repo: pygit2.Repository, commit: pygit2.Commit) -> tuple[list[str], list[str]]:
+    """The commit's diff against its parent without `index` lines and `@@` line numbers; and its files."""
+    diff = repo.diff(commit.parents[0], commit, context_lines=3)
+    lines: list[str] = []
+    files = []
+    for patch in diff:
+        files.append(patch.delta.new_file.path)
+        for line in patch.text.splitlines():
+            if line.startswith("index "):
+                continue
+            lines.append(_HUNK_HEADER.sub("@@", line))
+    return lines, files
+
+
+def series_diff(repo: pygit2.Repository, old: tuple[str, str], new: tuple[str, str]) -> SeriesDiff:
+    """Compare the compose branch `old = (branch, base tag)` with `new = (branch, base tag)`, entry by entry.
+
+    The order follows the new branch, with dropped entries placed where they stood in the old one.
+    """
+    old_commits = dict(entry_commits(repo, *old))
+    new_list = entry_commits(repo, *new)
+    new_commits = dict(new_list)
+    order: list[str] = []
+    for eid, _ in entry_commits(repo, *old):
+        order.append(eid)
+    for eid, _ in new_list:
+        if eid not in order:
+            # an added entry goes right after the entry that precedes it on the new branch
+            idx = [e for e, _ in new_list].index(eid)
+            before = [e for e, _ in new_list][:idx]
+            pos = max((order.index(b) + 1 for b in before if b in order), default=0)
+            order.insert(pos, eid)
+    result = []
+    for eid in order:
+        o, n = old_commits.get(eid), new_commits.get(eid)
+        if o is None:
+            _, files = _normalized_change(repo, n)
+            result.append(EntryDiff(eid, "added", new_commit=str(n.id), new_files=files))
+        elif n is None:
+            _, files = _normalized_change(repo, o)
+            result.append(EntryDiff(eid, "dropped", old_commit=str(o.id), old_files=files))
+        else:
+            a, fa = _normalized_change(repo, o)
+            b, fb = _normalized_change(repo, n)
+            inter = "\n".join(difflib.unified_diff(a, b, f"{eid} on {old[1]}", f"{eid} on {new[1]}", lineterm=""))
+            status = "unchanged" if a == b else "changed"
+            result.append(EntryDiff(eid, status, str(o.id), str(n.id), inter if a != b else "", fa, fb))
+    return SeriesDiff(old[0], new[0], result)
+
+
+def render_series_diff(d: SeriesDiff, show_interdiff: bool = True) -> str:
+    """Human form: one line per entry, then the interdiffs of changed entries."""
+    width = max([len(e.id) for e in d.entries] + [5])
+    out = [f"series diff {d.old} -> {d.new}", ""]
+    for e in d.entries:
+        short = lambda c: c[:10] if c else "-"  # noqa: E731 - tiny local formatter
+        out.append(f"  {e.id.ljust(width)}  {e.status:<9}  {short(e.old_commit)} -> {short(e.new_commit)}")
+    counts = {s: sum(e.status == s for e in d.entries) for s in ("unchanged", "changed", "added", "dropped")}
+    out += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
+    if show_interdiff:
+        for e in d.entries:
+            if e.status == "changed":
+                out += ["", f"--- interdiff of {e.id} ---", e.interdiff]
+    return "\n".join(out) + "\n"
