@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pygit2
+from packaging.version import Version
 
 from . import gitstore
 from .errors import ComposeError, ConflictError, ExitCode, RefusedError, RepositoryError
@@ -213,6 +214,7 @@ class Composer:
         """Compose the series onto `tag`; see the module docstring for the steps."""
         series, repo = self._preflight(tag)
         self.repo = repo
+        self._tag = tag
         base = ensure_release(repo, tag, self.cache, self.progress, offline=self.options.offline)
         patches = self._fetch_all(series, tag, repo)
         result = ComposeResult(branch=series.branch_name(tag), tag=tag, status="composed", base=str(base.id))
@@ -368,7 +370,25 @@ class Composer:
         own_hunks = [h for h in outcome.hunks if not h.resolved_by]
         verdicts = [h.verdict for h in own_hunks]
         upstream = [h for h in own_hunks if h.verdict == str(Verdict.ALREADY_APPLIED)]
-        if verdicts and len(upstream) == len(verdicts):
+        shipped = self._shipped_upstream(entry)
+        if shipped and upstream:
+            # Upstream merged the PR, usually in an evolved form: the pinned diff no longer describes the release's
+            # code, so re-applying its remaining hunks would duplicate or fight upstream's version.
+            outcome.status = "dropped-upstream"
+            outcome.reason = (
+                f"merged upstream: the series says PR #{entry.pr} ships from {entry.upstream_release} "
+                f"(upstream_release); evidence in {self._tag}: {len(upstream)} of {len(verdicts)} hunks are "
+                f"present verbatim ({', '.join(f'{h.file.rsplit(chr(47), 1)[-1]}#{h.hunk}' for h in upstream[:6])}"
+                f"{', ...' if len(upstream) > 6 else ''}); the others differ (upstream's evolved form)"
+            )
+            changes = {}
+        elif shipped:
+            outcome.status = "conflict"
+            outcome.reason = (
+                f"the series says PR #{entry.pr} ships from {entry.upstream_release}, but none of its "
+                f"{len(verdicts)} hunks is present in {self._tag}: check upstream_release"
+            )
+        elif verdicts and len(upstream) == len(verdicts):
             outcome.status = "dropped-upstream"
             outcome.reason = (
                 f"all {len(verdicts)} hunks are already in the release (post-images present, pre-images absent)"
@@ -392,6 +412,12 @@ class Composer:
             if carried_n:
                 outcome.reason = f"{carried_n} hunk(s) carried by later skew fixes (see resolved_by)"
         return _Step(entry, patch, changes, modes, outcome, open_conflicts, file_placements)
+
+    def _shipped_upstream(self, entry: Entry) -> bool:
+        """Whether the series declares that this release already ships the entry's PR."""
+        from .sources import version_of_tag
+
+        return bool(entry.upstream_release) and version_of_tag(self._tag) >= Version(entry.upstream_release)
 
     def _merge_entry(
         self,
@@ -559,6 +585,7 @@ def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | 
     entry = series.entry(entry_id)
     head = repo[pygit2.Oid(hex=state["head"])]
     composer.repo = repo
+    composer._tag = tag
     patch = composer._fetch_all(series, tag, repo)[entry_id]
     carried = _carried_hunks(series.entries_for(tag))
     step = composer._place_entry(repo, head, entry, patch, carried)

@@ -68,6 +68,7 @@ _ENTRY_KEYS = {
     "author",
     "upstream_status",
     "upstream_status_detail",
+    "upstream_release",
     "why",
     "tags",
     "pr",
@@ -133,6 +134,9 @@ class Entry:
     title: str = ""
     author: str = ""
     upstream_status_detail: str = ""
+    #: upstream PR entries: the first release that ships the PR (in whatever form upstream merged it); from that
+    #: release on, compose drops the entry, with the evidence it finds, instead of re-applying it
+    upstream_release: str | None = None
     why: str = ""
     #: PEP 440 specifier on the release version, e.g. "<0.30.0"; None applies everywhere
     tags: str | None = None
@@ -374,6 +378,21 @@ def _load_pr(chk: _Checker, table: dict, entry: Entry) -> None:
         )
     entry.pr = pr
     entry.pr_url = _str(chk, table, "pr_url", eid) or None
+    released = _str(chk, table, "upstream_release", eid)
+    if released:
+        try:
+            Version(released)
+        except InvalidVersion:
+            raise chk.error(
+                f"upstream_release {released!r} is not a release version",
+                entry=eid, key="upstream_release", hint='e.g. upstream_release = "0.30.0"',
+            ) from None
+        if entry.upstream_status not in ("Accepted", "Backport"):
+            raise chk.error(
+                f"upstream_release needs upstream_status Accepted or Backport, not {entry.upstream_status!r}",
+                entry=eid, key="upstream_release", hint="a PR ships in a release only once upstream accepted it",
+            )
+        entry.upstream_release = released
     if not entry.title:
         raise chk.error(
             "missing required key 'title'", entry=eid, key="title", hint="the PR's title, for reports"
@@ -445,7 +464,7 @@ def _load_pr(chk: _Checker, table: dict, entry: Entry) -> None:
 
 def _load_local(chk: _Checker, directory: Path, table: dict, entry: Entry, earlier: list[str]) -> None:
     eid = entry.id
-    for key in ("source", "pr_url"):
+    for key in ("source", "pr_url", "upstream_release"):
         if key in table:
             raise chk.error(f"{key} is only allowed on upstream PR entries", entry=eid, key=key)
     rel = table["file"]
