@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import json
 import sys
 import time
@@ -168,6 +169,9 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
     lines.append("Per target release and edit kind (drifted cases only; correct / misplaced / rejected):")
     lines.append("")
     lines.append(_breakdown(records))
+    wrong = _misplacements(records)
+    if wrong:
+        lines += ["", wrong]
     engine_notes = _engine_rejections(records)
     if engine_notes:
         lines += ["", engine_notes]
@@ -190,6 +194,23 @@ def _breakdown(records: list[dict]) -> str:
         n = sum(g[tools[0]].values()) if tools else 0
         rows.append([tgt or kind, n] + ["{correct} / {misplaced} / {rejected}".format(**{o: g[t].get(o, 0) for o in OUTCOMES}) for t in tools])
     return table(["group", "cases"] + [f"`{t}`" for t in tools], rows)
+
+
+def _misplacements(records: list[dict]) -> str:
+    """Each tool's misplacements split into "applied where the site is gone or ambiguous" and "wrong site"."""
+    parts = []
+    for tool in TOOLS:
+        bad = [r for r in records if r["tools"].get(tool, {}).get("outcome") == "misplaced"]
+        if not bad:
+            continue
+        gone = sum(r["must_reject"] for r in bad)
+        ids = ", ".join(r["case"] for r in bad) if tool == "vllm-compose" else ""
+        parts.append(
+            f"`{tool}` {len(bad)} ({gone} applied where the case must be rejected, {len(bad) - gone} at another site"
+            + (f": {ids}" if ids else "")
+            + ")"
+        )
+    return "Misplacements: " + "; ".join(parts) + ". Inspect a case with `--show CASE`." if parts else ""
 
 
 def _engine_rejections(records: list[dict]) -> str:
@@ -229,6 +250,38 @@ def _reason_class(evidence: str) -> str:
     return "other"
 
 
+def _diff(a: str, b: str, label: str) -> str:
+    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), "target", label, n=3))
+
+
+def show(args: argparse.Namespace) -> int:
+    """Print the named cases in full: what a reviewer needs to check a ground truth or a tool's verdict."""
+    engine = None if args.no_engine else engine_runner()
+    source = SdistSource.load(args.source, fetch_sdist(args.source))
+    per_target = dict(zip(args.targets, _split(args.cases, len(args.targets)), strict=True))
+    with Workbench() as bench:
+        for version in dict.fromkeys(cid.split("#")[0] for cid in args.show):
+            target = SdistSource.load(version, fetch_sdist(version))
+            cases = {c.case_id: c for c in choose_cases(source.files, target.files, per_target[version], args.seed, label=version)}
+            for cid in [c for c in args.show if c.startswith(version + "#")]:
+                case = cases.get(cid)
+                if case is None:
+                    print(f"{cid}: no such case with these options")
+                    continue
+                print(f"===== {cid} {case.path}: {case.site.describe()} ({case.drift}"
+                      f"{', must be rejected' if case.must_reject else ''})\n{case.diff}")
+                if case.truth is not None:
+                    print("--- ground truth (target -> truth):\n" + _diff(case.target_text, case.truth, "truth"))
+                record = run_case(case, bench, engine)
+                for tool, entry in record["tools"].items():
+                    print(f"--- {tool}: {entry['outcome']}\n    {entry['detail'][:600]}")
+    return 0
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", default="0.26.0", help="release the edits are made on")
@@ -239,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md", help="markdown file to update")
     ap.add_argument("--no-docs", action="store_true", help="do not touch the docs")
     ap.add_argument("--no-engine", action="store_true", help="measure the other tools only")
+    ap.add_argument("--show", nargs="+", metavar="CASE", help="print the diff, ground truth and every tool's result "
+                    "for these case ids (e.g. 0.27.0#12; same --cases/--seed/--targets as the run) and exit")
     args = ap.parse_args(argv)
+    if args.show:
+        return show(args)
 
     started = time.monotonic()
     engine = None if args.no_engine else engine_runner()
@@ -247,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         print("note: vllm_compose.placement.place_file is not implemented yet; measuring the other tools only")
     source = SdistSource.load(args.source, fetch_sdist(args.source))
     records: list[dict] = []
-    per_target = [args.cases // len(args.targets) + (1 if i < args.cases % len(args.targets) else 0) for i in range(len(args.targets))]
+    per_target = _split(args.cases, len(args.targets))
     with Workbench() as bench:
         for version, n in zip(args.targets, per_target, strict=True):
             target = SdistSource.load(version, fetch_sdist(version))
