@@ -67,7 +67,7 @@ PR_PATCH = textwrap.dedent(
          return text
      
      
-    @@ -22,3 +24,6 @@ class Engine:
+    @@ -20,3 +22,6 @@ class Engine:
          def step(self, batch):
              self.steps += 1
              return [x * self.size for x in batch]
@@ -89,7 +89,7 @@ FIX_PATCH = textwrap.dedent(
     diff --git a/pkg/mod.py b/pkg/mod.py
     --- a/pkg/mod.py
     +++ b/pkg/mod.py
-    @@ -13,5 +13,5 @@ def greet(name, *, loud=False, suffix=""):
+    @@ -11,6 +11,6 @@ def greet(name, *, loud=False, suffix=""):
      
      
     -def farewell(name):
@@ -124,7 +124,7 @@ def upstream(tmp_path):
     work.mkdir()
     git(work, "init", "-q", "-b", "main")
     commit_tag(work, "v1.0.0", {"pkg/mod.py": MOD_V1, "pkg/__init__.py": ""})
-    offset = MOD_V1.replace("import os\n", "import os\nimport sys\nimport json\n\nDEBUG = False\n")
+    offset = '"""The toy module."""\n\nDEBUG = False\n' + MOD_V1
     commit_tag(work, "v1.1.0", {"pkg/mod.py": offset})
     drift = MOD_V1.replace('    text = "hello " + name\n', '    text = "hello, " + name  # comma\n')
     commit_tag(work, "v1.2.0", {"pkg/mod.py": drift})
@@ -186,7 +186,8 @@ def compose(series_dir, repo, tag, *extra, json_out=None):
 
 
 def branch_log(repo: Path, branch: str) -> list[str]:
-    return git(repo, "log", "--format=%s", f"v1.0.0..{branch}").splitlines()[::-1]
+    tag = branch.rsplit("-", 1)[-1]
+    return git(repo, "log", "--format=%s", f"{tag}..{branch}").splitlines()[::-1]
 
 
 def test_clean_compose_writes_one_commit_per_entry(series_dir, upstream, tmp_path):
