@@ -139,3 +139,31 @@ def test_hunk_intent_unknown_inside_docstring() -> None:
     intent = hunk_intent(["    Some text.", '    """'], ["    x = 1"], ["    y = 2"])
     assert intent.klass is None
     assert intent.accepts(Scope(role="call-arguments")) is None
+
+
+def test_def_and_class_headers_are_keyed_by_kind_and_name() -> None:
+    """A signature or base-class edit does not change which def/class encloses a position."""
+    lay = PythonLayout(["class Pool(Base, Mixin):", "    async def take(self, n: int = 1):", "        return n"])
+    assert lay.scope(2).headers == ("def take", "class Pool")
+    intent = hunk_intent(["def greet(name, *, loud=False):", "    text = name"], ["    text += '!'"], [])
+    assert intent.headers == ("def greet",)
+    assert intent.accepts(Scope(headers=('def greet',))) is None
+    assert intent.accepts(Scope(headers=('def farewell',))) is not None
+
+
+def test_hunk_intent_compares_edited_headers_by_their_pre_image() -> None:
+    """A header the hunk rewrites is required of the target in its old form; one the hunk adds is not required."""
+    before = ["    if handler is None or late:", "        miss()", "    else:", "        hit()"]
+    # the `if` line is the hunk's rewrite of `if handler is None:`; the rest is context
+    pre = ["    if handler is None:", "        miss()", "    else:", "        hit()"]
+    intent = hunk_intent(before, ["        count()"], [], pre)
+    assert intent.headers == ("else|if handler is None",)
+    assert intent.accepts(Scope(headers=("else|if handler is None", "def route"))) is None
+    assert intent.accepts(Scope(headers=("else|if handler is None or late", "def route"))) is not None
+    # the same fragment without pre-image texts compares the rewritten text (what the target cannot have)
+    assert hunk_intent(before, ["        count()"], []).headers == ("else|if handler is None or late",)
+    # a header the hunk adds outright (no pre-image line) is not required: its else matches any owner
+    intent = hunk_intent(before, ["        count()"], [], [None, "        miss()", "    else:", "        hit()"])
+    assert intent.headers == ("else",)
+    with pytest.raises(ValueError):
+        hunk_intent(before, [], [], pre[:1])

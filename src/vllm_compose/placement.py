@@ -65,6 +65,7 @@ lies outside every hunk).  New files are created from the post-image; a deleted 
 from __future__ import annotations
 
 import enum
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -422,11 +423,38 @@ def _intents(hunk: Hunk, groups: list[_Group]) -> None:
         while pos < len(lines) and lines[pos][0] != " ":
             pos += 1
         spans.append((start, pos))
+    # What each post-image line was in the pre-image: context is itself, an added line is the removed line of
+    # its run that it rewrites (if any), so a header the hunk edits is compared with the target by its old text.
+    pre_of: list[str | None] = [t if op == " " else None for op, t in lines]
+    for s, e in spans:
+        removed = [t for op, t in lines[s:e] if op == "-"]
+        used = [False] * len(removed)
+        for k in range(s, e):
+            op, text = lines[k]
+            if op != "+":
+                continue
+            sig = _line_sig(text)
+            for r, old in enumerate(removed):
+                if not used[r] and _line_sig(old) == sig:
+                    used[r] = True
+                    pre_of[k] = old
+                    break
     for g, (s, e) in zip(groups, spans, strict=True):
         post_before = [t for op, t in lines[:s] if op != "-"]
+        before_pre = [pre_of[k] for k in range(s) if lines[k][0] != "-"]
         change = [t for op, t in lines[s:e] if op == "+"] or [t for op, t in lines[s:e] if op == "-"]
         after = [t for op, t in lines[e:] if op != "-"]
-        g.intent = hunk_intent(post_before, change, after)
+        g.intent = hunk_intent(post_before, change, after, before_pre)
+
+
+def _line_sig(line: str) -> tuple[int, str]:
+    """Indentation and leading keyword of a line: an added line with the same signature as a removed line of the
+    same change rewrites it (``if a:`` -> ``if a and b:``, ``def f(x):`` -> ``def f(x, y):``)."""
+    line = _strip_cr(line)
+    body = line.lstrip()
+    words = re.split(r"[\s:(\[{=.,]", body, maxsplit=2)
+    word = words[1] if words[0] == "async" and len(words) > 1 else words[0]
+    return len(line[: len(line) - len(body)].expandtabs(8)), word
 
 
 @dataclass
@@ -631,7 +659,7 @@ def _describe(al: _Alignment, P: list[str]) -> str:
         counts[c or "missing"] += 1
     changed = min(counts.get("missing", 0), len(al.extras))
     parts = [f"{counts[k]} {k}" for k in (_EXACT, _EOL, _WS, _INDENT) if counts.get(k)]
-    if counts.get("missing"):
+    if counts.get("missing", 0) - changed:
         parts.append(f"{counts['missing'] - changed} missing")
     if changed:
         parts.append(f"{changed} changed")

@@ -202,7 +202,13 @@ def _opener_role(char: str, before: str) -> str:
 
 
 def _header_key(text: str) -> str:
-    """Comparison key of a header line: whitespace collapsed, trailing comment and colon dropped."""
+    """Comparison key of a header line: whitespace collapsed, trailing comment and colon dropped.
+
+    A def/class is keyed by its kind and name only (``def greet``): its signature or bases are not part of what
+    encloses a position, and they are what hunks (and drifted targets) most often edit on a header line."""
+    m = _DEF_RE.match(text)
+    if m:
+        return f"{m.group(1)} {m.group(2)}"
     text = text.split("#", 1)[0] if "#" in text and "'" not in text and '"' not in text else text
     text = " ".join(text.split())
     if text.endswith(":"):
@@ -324,15 +330,23 @@ class PythonLayout:
             j -= 1
         return found
 
-    def header_key(self, j: int, stop: int = 0) -> str:
-        """Comparison key of header line j; an else/elif is keyed with the `if` that owns it."""
-        text = self.lines[j].strip()
+    def header_key(self, j: int, stop: int = 0, texts: list[str | None] | None = None) -> str | None:
+        """Comparison key of header line j; an else/elif is keyed with the `if` that owns it.
+
+        `texts` (optional, parallel to the lines) gives the text each line is to be compared by, when that is not
+        the line itself: a hunk compares a header it edits by its pre-image text, and has None for a header it
+        adds (no target has it; the key is then None, and an else/elif owned by it is keyed without owner)."""
+        text = (self.lines[j] if texts is None else texts[j])
+        if text is None:
+            return None
+        text = text.strip()
         key = _header_key(text)
         first = text.split(None, 1)[0].rstrip(":") if text else ""
         if first in ("else", "elif"):
             owner = self.owner_if(j, stop)
-            if owner is not None:
-                key += "|" + _header_key(self.lines[owner].strip())
+            owner_text = None if owner is None else (self.lines[owner] if texts is None else texts[owner])
+            if owner_text is not None:
+                key += "|" + _header_key(owner_text.strip())
         return key
 
     def owner_if(self, j: int, stop: int = 0) -> int | None:
@@ -488,14 +502,30 @@ def _klass_words(klass: str) -> str:
     )
 
 
-def hunk_intent(before: list[str], change: list[str], after: list[str]) -> HunkIntent:
+def hunk_intent(
+    before: list[str], change: list[str], after: list[str], before_pre: list[str | None] | None = None
+) -> HunkIntent:
     """Infer the intended role and headers of a change from the hunk lines around it.
 
     before: hunk lines (context, already-present) before the change; change: the change's own lines (added lines,
     or removed lines for a pure removal); after: hunk lines after it.
+    before_pre: optional, parallel to `before`: the text each line has in the hunk's pre-image, which is what a
+    target can be expected to have — the line itself for a context line, the line it replaces for an edited line
+    (``if a:`` rewritten to ``if a and b:``), None for a line the hunk adds outright.  Headers are keyed by these
+    texts, so a hunk that edits a header it shows still recognises the unedited header in the target; a header
+    with no pre-image text is not required of the target.
     """
     lay = PythonLayout(before + change + after)
     n_before = len(before)
+    texts: list[str | None] | None = None
+    if before_pre is not None:
+        if len(before_pre) != n_before:
+            raise ValueError("before_pre must be parallel to before")
+        texts = list(before_pre) + [None] * (len(lay.lines) - n_before)
+
+    def keys(heads: list[int]) -> tuple[str, ...]:
+        found = (lay.header_key(j, 0, texts) for j in heads)
+        return tuple(k for k in found if k is not None)
     if lay.in_string_at[len(lay.lines)]:
         return HunkIntent(None, None, (), "hunk ends inside a string; role unknown")
     first_code = next((ln for ln in change if ln.strip() and not ln.strip().startswith("#")), None)
@@ -507,7 +537,7 @@ def hunk_intent(before: list[str], change: list[str], after: list[str]) -> HunkI
             outer = outer.parent
         heads = [j for j in lay.header_lines(outer.stmt_line, lay.indent[outer.stmt_line]) if lay.is_header(j)]
         return HunkIntent(
-            frame.role, role_class(frame.role), tuple(lay.header_key(j) for j in heads),
+            frame.role, role_class(frame.role), keys(heads),
             f"opened at `{lay.lines[frame.line].strip()}`",
         )
     if lay.in_string_at[n_before]:
@@ -523,7 +553,7 @@ def hunk_intent(before: list[str], change: list[str], after: list[str]) -> HunkI
         return HunkIntent(None, None, (), "change has no code line")
     heads = [j for j in lay.header_lines(n_before, indent) if lay.is_header(j)]
     return HunkIntent(
-        None, "stmt", tuple(lay.header_key(j) for j in heads), "statement level (no open bracket around it)"
+        None, "stmt", keys(heads), "statement level (no open bracket around it)"
     )
 
 
