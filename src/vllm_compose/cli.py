@@ -138,6 +138,13 @@ def _artifact_parsers(sub) -> None:
     i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
     i.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
+    s = sub.add_parser("audit-series", help="compose the series onto a release in a scratch repository (pre-commit)")
+    s.add_argument("--series", default=DEFAULTS["series"], type=Path)
+    s.add_argument("--onto", action="append", metavar="TAG", help="release tag to compose onto (repeatable)")
+    s.add_argument("--sources", type=Path, metavar="DIR")
+    s.add_argument("--cache", type=Path, metavar="DIR")
+    s.add_argument("--offline", action="store_true")
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console command and the scripts; returns the exit code."""
@@ -145,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         handler = {"rebase": _rebase, "apply": _apply, "check-fuzz": _check_fuzz, "validate": _validate,
                    "status": _status, "series-diff": _series_diff}
-        handler.update({"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay})
+        handler.update({"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay,
+                        "audit-series": _audit_series})
         return int(handler[args.command](args))
     except ComposeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -385,6 +393,25 @@ def _series_diff(args) -> int:
     if args.json:
         write_json(args.json, d.to_json())
     return ExitCode.OK
+
+
+def _audit_series(args) -> int:
+    import tempfile
+
+    from . import replay
+    from .report import render_compose
+
+    if not args.onto:
+        raise ComposeError("--onto TAG is required", hint="e.g. args: [--onto, v0.26.0] in .pre-commit-config.yaml")
+    worst = ExitCode.OK
+    for tag in args.onto:
+        with tempfile.TemporaryDirectory(prefix="vllm-compose-audit-") as tmp:
+            options = replay.ComposeOptions(offline=args.offline, import_smoke=False,
+                                            worktree=Path(tmp) / "conflict")
+            result = replay.Composer(args.series, Path(tmp) / "repo", _cache(args), options).run(tag)
+        print(render_compose(result), end="")
+        worst = max(worst, result.exit_code)
+    return worst
 
 
 class _progress:
