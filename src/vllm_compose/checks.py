@@ -149,7 +149,7 @@ def run_checks(
     """
     py_paths = sorted({p for p in changed_paths if p.endswith(".py")})
     report = CheckReport(entry=entry_id)
-    report.results.append(check_compile(composed, py_paths, entry_id))
+    report.results.append(check_compile(composed, py_paths, entry_id, stock=stock))
     report.results.append(check_undefined_names(stock, composed, py_paths, entry_id))
     if import_smoke:
         report.results.append(check_import_smoke(composed, py_paths, entry_id, python, smoke_timeout))
@@ -160,8 +160,13 @@ def run_checks(
     return report
 
 
-def check_compile(composed: FileTree, py_paths: list[str], entry_id: str | None = None) -> CheckResult:
-    """Compile each changed Python file that exists in `composed`."""
+def check_compile(
+    composed: FileTree, py_paths: list[str], entry_id: str | None = None, stock: FileTree | None = None
+) -> CheckResult:
+    """Compile each changed Python file that exists in `composed`.
+
+    A file that did not compile in `stock` either is a warning, not an error: the entry did not break it.
+    """
     started = time.perf_counter()
     result = CheckResult("compile", PASS)
     for path in py_paths:
@@ -172,8 +177,17 @@ def check_compile(composed: FileTree, py_paths: list[str], entry_id: str | None 
         error = _compile_error(source, path)
         if error is not None:
             line, message = error
-            result.findings.append(Finding("compile", "error", path, line, message, entry=entry_id))
-    result.status = FAIL if result.findings else PASS
+            before = stock.read(path) if stock is not None else None
+            if before is not None and _compile_error(before, path) is not None:
+                result.findings.append(Finding("compile", "warning", path, line,
+                                               message + " (the release's file does not compile either)",
+                                               entry=entry_id))
+            else:
+                result.findings.append(Finding("compile", "error", path, line, message, entry=entry_id))
+    if any(f.severity == "error" for f in result.findings):
+        result.status = FAIL
+    else:
+        result.status = WARN if result.findings else PASS
     result.seconds = time.perf_counter() - started
     return result
 

@@ -1,0 +1,160 @@
+"""Bad input to the compose: each case gets a clear error (what, which object, how to proceed), a non-zero exit,
+and leaves no branch, no state ref and no changed series file behind.
+
+Each case is a function that spoils the toy setup of test_compose.py; the table below is the count of cases.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from test_compose import FIX_PATCH, compose, git, series_dir, upstream  # noqa: F401 - fixtures
+
+BRANCH = "compose-101-v1.0.0"
+
+
+def add_local_entry(series: Path, name: str, data: bytes) -> None:
+    (series / "patches" / name).write_bytes(data)
+    with open(series / "series.toml", "a") as fh:
+        fh.write(f'\n[[entry]]\nid = "extra"\nfile = "patches/{name}"\ntitle = "Extra"\n'
+                 'upstream_status = "Inappropriate"\nwhy = "test"\n')
+
+
+def malformed_patch(series, repo):
+    bad = FIX_PATCH.replace("@@ -11,6 +11,6 @@", "@@ -11,9 +11,6 @@")
+    add_local_entry(series, "0002-bad.patch", bad.encode())
+    return 3, "0002-bad.patch"
+
+
+def binary_patch(series, repo):
+    data = (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: A <a@example.invalid>\n"
+        "Subject: [PATCH] Add a logo\n\nWhy: branding.\n---\ndiff --git a/logo.png b/logo.png\nnew file mode 100644\n"
+        "index 0000000..1111111\nBinary files /dev/null and b/logo.png differ\n"
+    )
+    add_local_entry(series, "0002-binary.patch", data.encode())
+    return 3, "binary"
+
+
+def duplicate_ids(series, repo):
+    text = (series / "series.toml").read_text()
+    (series / "series.toml").write_text(text.replace('id = "fix-farewell"', 'id = "pr101"'))
+    return 3, "pr101"
+
+
+def unknown_key(series, repo):
+    text = (series / "series.toml").read_text()
+    (series / "series.toml").write_text(text.replace('why = "users need it"', 'why = "users need it"\nfixes = 1'))
+    return 3, "fixes"
+
+
+def missing_patch_file(series, repo):
+    (series / "patches" / "0001-farewell-suffix.patch").unlink()
+    return 3, "0001-farewell-suffix.patch"
+
+
+def tag_nowhere(series, repo):
+    return 3, "v7.7.7", "v7.7.7"
+
+
+def not_a_release_tag(series, repo):
+    return 3, "release", "main"
+
+
+def dirty_repo(series, repo):
+    (repo / "pkg" / "mod.py").write_text("local edit\n")
+    return 3, "uncommitted"
+
+
+def repo_is_a_plain_folder(series, repo):
+    plain = repo.parent / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine\n")
+    return 3, "not a git repository", "v1.0.0", plain
+
+
+def corrupted_cache_file(series, repo):
+    from vllm_compose.sources import Cache
+
+    cache = Cache()
+    sha = next(p.name for p in (cache.root / "sha256").rglob("*") if p.is_file() and len(p.name) == 64)
+    path = next(p for p in (cache.root / "sha256").rglob(sha))
+    path.write_bytes(b"corrupted")
+    return 3, "corrupt"
+
+
+CASES = {f.__name__: f for f in (
+    malformed_patch, binary_patch, duplicate_ids, unknown_key, missing_patch_file, tag_nowhere, not_a_release_tag,
+    dirty_repo, repo_is_a_plain_folder, corrupted_cache_file,
+)}
+
+
+def test_bad_input_cases_are_counted():
+    assert len(CASES) == 10
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input(case, series_dir, upstream, capsys):  # noqa: F811 - pytest fixtures
+    spec = CASES[case](series_dir, upstream)
+    toml_before = (series_dir / "series.toml").read_bytes()
+    code, needle = spec[0], spec[1]
+    tag = spec[2] if len(spec) > 2 else "v1.0.0"
+    repo_dir = spec[3] if len(spec) > 3 else upstream
+    assert compose(series_dir, repo_dir, tag) == code
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and needle.lower() in err.lower(), err
+    assert "hint:" in err, err
+    assert "Traceback" not in err
+    if (repo_dir / ".git").exists():
+        repo = pygit2.Repository(str(repo_dir))
+        refs = [r for r in repo.references if r.startswith(("refs/heads/compose-", "refs/vllm-compose/"))]
+        assert refs == [], refs
+    assert (series_dir / "series.toml").read_bytes() == toml_before
+
+
+def test_crlf_and_non_utf8_files_compose(series_dir, upstream, tmp_path):  # noqa: F811
+    """A CRLF file and a file with non-UTF-8 bytes are patched byte-exactly (line ends and bytes kept)."""
+    crlf = b"first\r\nsecond\r\nthird\r\n"
+    latin = "caf\xe9 = 1\nvalue = 2\nend = 3\n".encode("latin-1")
+    git(upstream, "checkout", "-q", "v1.0.0")
+    (upstream / "pkg" / "win.txt").write_bytes(crlf)
+    (upstream / "pkg" / "latin.py").write_bytes(latin)
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-qm", "release v1.5.0")
+    git(upstream, "tag", "v1.5.0")
+    patch = textwrap.dedent(
+        """\
+        From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+        From: A <a@example.invalid>
+        Subject: [PATCH] Touch odd files
+
+        Exercise CRLF and latin-1 bytes.
+        ---
+        diff --git a/pkg/win.txt b/pkg/win.txt
+        --- a/pkg/win.txt
+        +++ b/pkg/win.txt
+        @@ -1,3 +1,3 @@
+         first\r
+        -second\r
+        +SECOND\r
+         third\r
+        diff --git a/pkg/latin.py b/pkg/latin.py
+        --- a/pkg/latin.py
+        +++ b/pkg/latin.py
+        @@ -1,3 +1,3 @@
+         caf\xe9 = 1
+        -value = 2
+        +value = 20
+         end = 3
+        """
+    ).encode("latin-1")
+    add_local_entry(series_dir, "0002-odd.patch", patch)
+    assert compose(series_dir, upstream, "v1.5.0") == 0
+    repo = pygit2.Repository(str(upstream))
+    tree = repo.revparse_single("compose-101-v1.5.0").peel(pygit2.Commit).tree
+    assert repo[tree["pkg/win.txt"].id].data == b"first\r\nSECOND\r\nthird\r\n"
+    assert repo[tree["pkg/latin.py"].id].data == "caf\xe9 = 1\nvalue = 20\nend = 3\n".encode("latin-1")
