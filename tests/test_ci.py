@@ -12,6 +12,12 @@ from pathlib import Path
 import pytest
 import toy_vllm as toy
 
+def _tool(name: str) -> str | None:
+    """A console tool on PATH, or installed next to this interpreter (a venv run without activating it)."""
+    sibling = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(sibling) if sibling.is_file() else None)
+
+
 yaml = pytest.importorskip("yaml", reason="PyYAML not installed (add it to the test extra)")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,8 +130,8 @@ def test_workflows_only_call_ci_scripts(path: Path) -> None:
             assert (ROOT / script).is_file(), script
 
 
-@pytest.mark.skipif(shutil.which("check-jsonschema") is None, reason="check-jsonschema not installed")
+@pytest.mark.skipif(_tool("check-jsonschema") is None, reason="check-jsonschema not installed")
 def test_workflows_match_the_schema() -> None:
-    proc = subprocess.run(["check-jsonschema", "--schemafile", str(ROOT / "ci" / "workflow-schema.json"),
+    proc = subprocess.run([_tool("check-jsonschema"), "--schemafile", str(ROOT / "ci" / "workflow-schema.json"),
                            *map(str, WORKFLOWS)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

