@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_compose.scope import PythonLayout, Scope, hunk_intent, parse_error, scope_at
+from vllm_compose.scope import PythonLayout, Scope, SectionIndex, hunk_intent, parse_error, scope_at
 
 SOURCE = '''\
 import os
@@ -167,3 +167,27 @@ def test_hunk_intent_compares_edited_headers_by_their_pre_image() -> None:
     assert intent.headers == ("else",)
     with pytest.raises(ValueError):
         hunk_intent(before, [], [], pre[:1])
+
+
+def test_lazy_layout_answers_like_the_eager_one() -> None:
+    """A lazy layout lexes only as far as asked; asked in any order, it answers as a fully lexed one does."""
+    eager = PythonLayout(LINES)
+    order = list(range(len(LINES), -1, -3)) + list(range(len(LINES) + 1))
+    lazy = PythonLayout(LINES, lazy=True)
+    assert lazy._lexed == 0
+    lazy.scope(3)
+    assert lazy._lexed < len(LINES)
+    for i in order:
+        assert lazy.scope(i) == eager.scope(i), i
+        assert lazy.role_at(i) == eager.role_at(i), i
+    assert (lazy.code_start, lazy.indent, lazy.unmatched_closers) == (
+        eager.code_start, eager.indent, eager.unmatched_closers
+    )
+
+
+def test_section_names() -> None:
+    """The def/class a hunk starting at a line would name in its `@@` section (python and default driver)."""
+    idx = SectionIndex(LINES)
+    run_body = LINES.index("        table = {")
+    assert idx.names_at(run_body) == ["run", "Engine"]
+    assert idx.names_at(0) == []

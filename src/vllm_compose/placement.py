@@ -65,9 +65,11 @@ lies outside every hunk).  New files are created from the post-image; a deleted 
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import methodcaller
 
 from .patchfile import FilePatch, Hunk, join_lines, split_lines
 from .scope import HunkIntent, PythonLayout, Scope, SectionIndex, hunk_intent, parse_error, section_name
@@ -206,11 +208,11 @@ class _Target:
 
     def __init__(self, lines: list[str], path: str | None) -> None:
         self.lines = lines
-        self.norm = [_norm(ln) for ln in lines]
+        self.norm = [" ".join(ln.split()) for ln in lines]  # _norm, inlined: this runs over every target line
         self.by_norm: dict[str, list[int]] = defaultdict(list)
         for i, n in enumerate(self.norm):
             self.by_norm[n].append(i)
-        self.crlf = sum(1 for ln in lines if ln.endswith("\r")) * 2 > len(lines) > 0
+        self.crlf = sum(map(methodcaller("endswith", "\r"), lines)) * 2 > len(lines) > 0
         self.is_py = _is_python(path)
         self._layout: PythonLayout | None = None
         self._sections: SectionIndex | None = None
@@ -218,7 +220,7 @@ class _Target:
     @property
     def layout(self) -> PythonLayout:
         if self._layout is None:
-            self._layout = PythonLayout(self.lines)
+            self._layout = PythonLayout(self.lines, lazy=True)
         return self._layout
 
     @property
@@ -231,6 +233,19 @@ class _Target:
         """`line` written with the target's line ending."""
         line = _strip_cr(line)
         return line + "\r" if self.crlf else line
+
+
+def _target(lines: list[str], path: str | None) -> _Target:
+    """The indexed target for `lines`, shared by every placement onto the same content.
+
+    A compose places onto the same file content more than once (the replay, then the audit re-placing each entry
+    on the same text); the index, the lexed layout and the section table depend on the content alone."""
+    return _cached_target("\n".join(lines), len(lines), _is_python(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_target(text: str, n: int, is_py: bool) -> _Target:
+    return _Target(text.split("\n") if n else [], "x.py" if is_py else None)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -614,6 +629,7 @@ def _site_key(plan: _Plan, al: _Alignment) -> tuple:
 
 def _site_scope(tgt: _Target, edit: _Edit, group: _Group, hunk: Hunk) -> Scope:
     lay = tgt.layout
+    lay.ensure(edit.start)
     first_code = next((ln for ln in edit.lines if ln.strip() and not ln.strip().startswith("#")), None)
     if first_code is not None:
         indent = len(_lead(_strip_cr(first_code)).expandtabs(8))
@@ -676,7 +692,7 @@ def _line_of(al: _Alignment) -> int:
 
 def place_hunk(hunk: Hunk, target_lines: list[str], path: str) -> Placement:
     """Decide where `hunk` belongs in `target_lines` (a file's lines without line ends) and merge it there."""
-    return _place(hunk, _Target(target_lines, path))
+    return _place(hunk, _target(target_lines, path))
 
 
 def _place(hunk: Hunk, tgt: _Target) -> Placement:
@@ -918,7 +934,7 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
                       "from what the patch removes") for h in hunks
         ], target_text)
 
-    tgt = _Target(lines, path)
+    tgt = _target(lines, path)
     placements = [_place(h, tgt) for h in hunks]
     _resolve_overlaps(placements)
     text, regions = _assemble(tgt, final_nl, placements)

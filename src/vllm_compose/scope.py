@@ -56,6 +56,7 @@ How placement infers what a hunk intends (`HunkIntent`), from the hunk's own lin
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
 from dataclasses import dataclass
@@ -72,6 +73,9 @@ _TOKEN = re.compile(
 )
 #: a line with none of these characters changes no lexer state (most lines have some, but it is cheap to ask)
 _INTERESTING = re.compile(r"""["'#()\[\]{}\\]""")
+#: a line (from a position on) with none of these holds brackets only: no string, comment or line continuation
+_TRICKY = re.compile(r"""["'#\\]""")
+_BRACKET = re.compile(r"[()\[\]{}]")
 #: the text after a `{` that makes it a dict: a key followed by ':' (or `**mapping`, or `}` right away)
 _DICT_START = re.compile(r"""^\s*(?:\*\*|\}|(?:[^,:'"{}\[\]()]|'[^']*'|"[^"]*")+:(?!=))""")
 _CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
@@ -224,7 +228,7 @@ class PythonLayout:
     opener (a fragment that starts inside a call) are recorded in `unmatched_closers`.
     """
 
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], lazy: bool = False) -> None:
         self.lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
         n = len(self.lines)
         #: innermost open bracket at the start of each line (index n: at the end of the text)
@@ -236,15 +240,38 @@ class PythonLayout:
         self.indent: list[int] = [0] * n
         #: (line, char) of every closing bracket that matched nothing
         self.unmatched_closers: list[tuple[int, str]] = []
-        self._lex()
+        # lexer state between lines: the lexer can stop and resume (see `ensure`)
+        self._lexed = 0
+        self._frame: _Frame | None = None
+        self._string_end: str | None = None  # the closing delimiter of the open multi-line string
+        self._continued = False
+        if not lazy:
+            self.ensure(n)
 
-    def _lex(self) -> None:
-        frame: _Frame | None = None
-        string_end: str | None = None  # the closing delimiter of the open multi-line string
-        continued = False
-        for i, line in enumerate(self.lines):
-            self.frame_at[i] = frame
-            self.in_string_at[i] = string_end is not None
+    def ensure(self, i: int) -> None:
+        """Make the facts of lines 0..i (and the state at the start of line i) available.
+
+        A layout built with ``lazy=True`` lexes only as far as it is asked: placement asks about a few sites of a
+        large file, mostly far from its end.  The query methods call this themselves; code reading the per-line
+        lists of a lazy layout directly must call it first."""
+        n = len(self.lines)
+        stop = min(i + 1, n)
+        if stop > self._lexed:
+            self._lex_to(stop)
+        if i >= n and self._lexed == n:
+            self.frame_at[n] = self._frame
+            self.in_string_at[n] = self._string_end is not None
+
+    def _lex_to(self, stop: int) -> None:
+        frame = self._frame
+        string_end = self._string_end
+        continued = self._continued
+        lines = self.lines
+        frame_at, in_string_at, code_start, indent = self.frame_at, self.in_string_at, self.code_start, self.indent
+        for i in range(self._lexed, stop):
+            line = lines[i]
+            frame_at[i] = frame
+            in_string_at[i] = string_end is not None
             pos = 0
             if string_end is not None:
                 end = _find_close(line, 0, string_end)
@@ -254,11 +281,25 @@ class PythonLayout:
                 pos = end
             else:
                 stripped = line.lstrip()
-                if frame is None and not continued and stripped and not stripped.startswith("#"):
-                    self.code_start[i] = True
-                    self.indent[i] = _indent_width(line)
+                if frame is None and not continued and stripped and stripped[0] != "#":
+                    code_start[i] = True
+                    indent[i] = _indent_width(line)
             continued = False
             if not _INTERESTING.search(line, pos):
+                continue
+            if not _TRICKY.search(line, pos):
+                # only brackets on this line (no string, comment or backslash): the common case, lexed cheaply
+                for m in _BRACKET.finditer(line, pos):
+                    ch = m.group()
+                    if ch in "([{":
+                        stmt_line = frame.stmt_line if frame is not None else self._stmt_line(i)
+                        nxt = lines[i + 1] if ch == "{" and i + 1 < len(lines) else ""
+                        frame = _Frame(ch, line, m.start(), i, stmt_line, frame, nxt)
+                    elif frame is not None:
+                        # a mismatched closer recovers by popping too
+                        frame = frame.parent
+                    else:
+                        self.unmatched_closers.append((i, ch))
                 continue
             while True:
                 m = _TOKEN.search(line, pos)
@@ -277,19 +318,20 @@ class PythonLayout:
                     break
                 elif kind == "o":
                     stmt_line = frame.stmt_line if frame is not None else self._stmt_line(i)
-                    nxt = self.lines[i + 1] if m.group() == "{" and i + 1 < len(self.lines) else ""
+                    nxt = lines[i + 1] if m.group() == "{" and i + 1 < len(lines) else ""
                     frame = _Frame(m.group(), line, m.start(), i, stmt_line, frame, nxt)
                 elif kind == "x":
-                    if frame is not None and _CLOSER_OF[frame.char] == m.group():
-                        frame = frame.parent
-                    elif frame is None:
-                        self.unmatched_closers.append((i, m.group()))
+                    if frame is not None:
+                        frame = frame.parent  # a mismatched closer recovers by popping too
                     else:
-                        frame = frame.parent  # mismatched closer: recover by popping
+                        self.unmatched_closers.append((i, m.group()))
                 elif kind == "bs":
                     continued = True
-        self.frame_at[len(self.lines)] = frame
-        self.in_string_at[len(self.lines)] = string_end is not None
+        self._frame, self._string_end, self._continued = frame, string_end, continued
+        self._lexed = stop
+        if stop == len(lines):
+            frame_at[stop] = frame
+            in_string_at[stop] = string_end is not None
 
     def _stmt_line(self, i: int) -> int:
         """The line that starts the logical line containing line i (i is outside brackets here)."""
@@ -302,6 +344,7 @@ class PythonLayout:
 
     def role_at(self, i: int, indent: int | None = None) -> str:
         """Role of a position at the start of line i (0-based; i == len(lines) is the end of the text)."""
+        self.ensure(i)
         frame = self.frame_at[i]
         if frame is not None:
             return frame.role
@@ -312,6 +355,7 @@ class PythonLayout:
         return "module" if indent == 0 else "block"
 
     def outer_frame(self, i: int) -> _Frame | None:
+        self.ensure(i)
         frame = self.frame_at[i]
         while frame is not None and frame.parent is not None:
             frame = frame.parent
@@ -320,6 +364,7 @@ class PythonLayout:
     def header_lines(self, i: int, indent: int, stop: int = 0) -> list[int]:
         """Lines of the compound-statement headers enclosing a statement at `indent` placed before line i,
         innermost first (walks back no further than line `stop`)."""
+        self.ensure(i)
         found: list[int] = []
         bound = indent
         j = min(i, len(self.lines)) - 1
@@ -336,6 +381,7 @@ class PythonLayout:
         `texts` (optional, parallel to the lines) gives the text each line is to be compared by, when that is not
         the line itself: a hunk compares a header it edits by its pre-image text, and has None for a header it
         adds (no target has it; the key is then None, and an else/elif owned by it is keyed without owner)."""
+        self.ensure(j)
         text = (self.lines[j] if texts is None else texts[j])
         if text is None:
             return None
@@ -351,6 +397,7 @@ class PythonLayout:
 
     def owner_if(self, j: int, stop: int = 0) -> int | None:
         """The `if` (or `try`/`for`/`while`) line that an `else`/`elif`/`except` at line j belongs to."""
+        self.ensure(j)
         ind = self.indent[j]
         k = j - 1
         while k >= stop:
@@ -377,6 +424,7 @@ class PythonLayout:
     def scope(self, i: int, indent: int | None = None, stop: int = 0) -> Scope:
         """Scope of a position at the start of line i for a statement written at `indent` (default: line i's own
         indentation).  Inside brackets the headers are those of the statement that opened the outermost one."""
+        self.ensure(i)
         role = self.role_at(i, indent)
         outer = self.outer_frame(i)
         if outer is not None:
@@ -419,28 +467,36 @@ def _find_close(line: str, pos: int, delim: str) -> int:
 
 
 class SectionIndex:
-    """For every line, the `@@` section text git would print for a hunk starting there (both diff drivers)."""
+    """For any line, the `@@` section text git would print for a hunk starting there (both diff drivers).
+
+    Answers by walking back from the line asked about (to the nearest def/class line and the nearest unindented
+    line, both usually close), so a large file costs nothing until asked."""
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
-        n = len(lines)
-        self.py_section: list[int] = [-1] * (n + 1)
-        self.default_section: list[int] = [-1] * (n + 1)
+        self._memo: dict[int, tuple[int, int]] = {}
+
+    def _sections(self, i: int) -> tuple[int, int]:
+        """(last python-driver section line, last default-driver section line) strictly above line i; -1: none."""
+        got = self._memo.get(i)
+        if got is not None:
+            return got
         last_py = last_default = -1
-        for i, line in enumerate(lines):
-            self.py_section[i] = last_py
-            self.default_section[i] = last_default
-            if _PY_SECTION_RE.match(line):
-                last_py = i
-            if _DEFAULT_SECTION_RE.match(line):
-                last_default = i
-        self.py_section[n] = last_py
-        self.default_section[n] = last_default
+        j = i - 1
+        while j >= 0 and (last_py < 0 or last_default < 0):
+            line = self.lines[j]
+            if last_py < 0 and _PY_SECTION_RE.match(line):
+                last_py = j
+            if last_default < 0 and _DEFAULT_SECTION_RE.match(line):
+                last_default = j
+            j -= 1
+        self._memo[i] = (last_py, last_default)
+        return last_py, last_default
 
     def names_at(self, i: int) -> list[str]:
         """def/class names a hunk whose first line is line i (0-based) would carry in its section text."""
         names = []
-        for j in (self.py_section[max(0, min(i, len(self.lines)))], self.default_section[max(0, min(i, len(self.lines)))]):
+        for j in self._sections(max(0, min(i, len(self.lines)))):
             if j >= 0:
                 m = _DEF_RE.match(self.lines[j])
                 if m:
@@ -559,6 +615,14 @@ def hunk_intent(
 
 def parse_error(text: str, path: str = "<file>") -> tuple[int, str] | None:
     """(1-based line, message) of the first syntax error in Python source `text`, or None when it parses."""
+    # memoized by content: a compose checks the same texts repeatedly (each placement's result and target, again
+    # in the audit), and compiling a large module costs tens of milliseconds; the path is not in the answer
+    return _parse_error(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_error(text: str) -> tuple[int, str] | None:
+    path = "<file>"
     try:
         # compiling to code skips building Python AST objects (faster) and also reports the errors the
         # compiler finds after parsing ('return' outside a function, ...)
