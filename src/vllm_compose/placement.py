@@ -223,6 +223,19 @@ class _Target:
             self._layout = PythonLayout(self.lines, lazy=True)
         return self._layout
 
+    @functools.cached_property
+    def statement_sensitive(self) -> tuple[int, bool]:
+        """(last line of a ``from __future__`` import, -1 if none; whether any ``global``/``nonlocal`` statement
+        exists): what makes a syntax check of some statements differ from one of the whole file."""
+        last_future = -1
+        scoped = False
+        for i, n in enumerate(self.norm):
+            if n.startswith("from __future__"):
+                last_future = i
+            elif n.startswith(("global ", "nonlocal ")):
+                scoped = True
+        return last_future, scoped
+
     @property
     def sections(self) -> SectionIndex:
         if self._sections is None:
@@ -941,7 +954,7 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
     perr = None
     if tgt.is_py:
         for _ in range(len(placements) + 1):
-            err = parse_error(_strip_all_cr(text), path)
+            err = _result_parse_error(tgt, placements, text, path)
             if err is None:
                 break
             if perr is None and parse_error(_strip_all_cr(target_text), path) is not None:
@@ -956,6 +969,121 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
                 _to_conflict(p, where)
             text, regions = _assemble(tgt, final_nl, placements)
     return FilePlacement(file_patch, placements, text, perr)
+
+
+#: first words of clauses that continue a compound statement: such a line never starts a statement
+_CONTINUATIONS = frozenset({"else", "elif", "except", "finally"})
+
+
+def _result_parse_error(tgt: _Target, placements: list[Placement], text: str, path: str) -> tuple[int, str] | None:
+    """The first syntax error of the assembled file `text`, checked by compiling only the statements the hunks
+    touched when that is equivalent (compiling a large module costs tens of milliseconds per check).
+
+    The target parses (else `place_file` ignores the answer).  The applied hunks lie inside a run of whole
+    statements [a, b) of the target: top-level statements, or member statements of a class (nested in classes
+    only), which are then compiled inside stand-in ``class`` headers.  Target lines outside the run are unchanged
+    complete statements, so the file parses exactly when the run does — except for the few errors that depend on
+    other statements (``from __future__`` placement, ``global``/``nonlocal`` declarations), so a file with
+    those near the hunks is compiled whole.
+    Any error found in the run is confirmed, and its line taken, by compiling the whole file."""
+    applied = [p for p in placements if p.verdict is not Verdict.CONFLICT and p.replacement is not None]
+    last_future, scoped = tgt.statement_sensitive
+    if applied and not scoped and min(p.start for p in applied) > last_future:
+        span = _touched_statements(tgt, applied)
+        if span is not None:
+            head, body = span
+            chunk = "\n".join(head + [_strip_cr(ln) for ln in body]) + "\n"
+            if not any(w in chunk for w in ("__future__", "global", "nonlocal")) and parse_error(chunk, path) is None:
+                return None
+    return parse_error(_strip_all_cr(text), path)
+
+
+def _touched_statements(tgt: _Target, applied: list[Placement]) -> tuple[list[str], list[str]] | None:
+    """(stand-in headers, result lines) of the smallest run of whole statements holding every applied hunk, at
+    the indentation of the first one's enclosing class body or at top level; None when there is no such run."""
+    lay = tgt.layout
+    n = len(tgt.lines)
+    lo = min(p.start for p in applied)
+    hi = max(max(p.end, p.start) for p in applied)
+    lay.ensure(min(lo, n))
+    # the member level of the classes (only classes) that enclose the statement holding `lo`
+    j = min(lo, n - 1)
+    while j > 0 and not lay.code_start[j]:
+        j -= 1
+    outer_first = list(reversed(lay.header_lines(j, lay.indent[j]))) if j >= 0 and lay.code_start[j] else []
+    classes = 0
+    while classes < len(outer_first) and tgt.lines[outer_first[classes]].lstrip().startswith("class "):
+        classes += 1
+    level = 0
+    if classes:
+        level = lay.indent[outer_first[classes]] if classes < len(outer_first) else lay.indent[j]
+    for k in ([level, 0] if level else [0]):
+        a = _statement_start(lay, lo, k)
+        if a is None:
+            continue
+        head: list[str] = []
+        if k:
+            heads = lay.header_lines(a, k)
+            if not heads or any(not tgt.lines[h].lstrip().startswith("class ") for h in heads):
+                continue
+            head = [_lead(_strip_cr(tgt.lines[h])) + "class _:" for h in reversed(heads)]
+            new_lines = [ln for p in applied for ln in p.replacement]
+            if any(ln.strip() and len(_lead(ln).expandtabs(8)) < k for ln in new_lines):
+                continue  # an added line leaves the class body: the run would not bound its effect
+        b = _statement_end(lay, hi, k, n)
+        body: list[str] = []
+        pos = a
+        for p in sorted(applied, key=lambda p: (p.start, p.end)):
+            body.extend(tgt.lines[pos : p.start])
+            body.extend(p.replacement)
+            pos = p.end
+        body.extend(tgt.lines[pos:b])
+        if b < n:
+            # a stand-in for the statement that follows: its indentation must close the run's blocks as it does
+            # in the file ("unindent does not match" is an error of the line after the run)
+            body.append(_lead(_strip_cr(tgt.lines[b])) + "pass")
+        return head, body
+    return None
+
+
+def _statement_start(lay: PythonLayout, lo: int, k: int) -> int | None:
+    """The last line at or before `lo` starting a statement at indentation k inside the same block (0: the start
+    of the file when k is 0); None when the block's header comes first."""
+    j = min(lo, len(lay.lines) - 1)
+    while j >= 0:
+        if lay.code_start[j]:
+            ind = lay.indent[j]
+            if ind < k:
+                return None
+            if ind == k and _starts_statement(lay, j):
+                return j
+        j -= 1
+    return 0 if k == 0 else None
+
+
+def _starts_statement(lay: PythonLayout, j: int) -> bool:
+    """Whether code line j starts a statement: not a continuing clause (``else:``), not a decorated def/class."""
+    if _first_word(lay.lines[j]) in _CONTINUATIONS:
+        return False
+    p = j - 1
+    while p >= 0 and not lay.code_start[p]:
+        p -= 1
+    return p < 0 or not (lay.lines[p].lstrip().startswith("@") and lay.indent[p] == lay.indent[j])
+
+
+def _statement_end(lay: PythonLayout, hi: int, k: int, n: int) -> int:
+    """The first line at or after `hi` that starts a statement at indentation k or less, or ends k's block."""
+    for j in range(hi, n):
+        lay.ensure(j)
+        if lay.code_start[j]:
+            ind = lay.indent[j]
+            if ind < k or (ind == k and _starts_statement(lay, j)):
+                return j
+    return n
+
+
+def _first_word(line: str) -> str:
+    return re.split(r"[\s:(]", line.strip(), maxsplit=1)[0]
 
 
 def _strip_all_cr(text: str) -> str:
