@@ -979,28 +979,44 @@ def _result_parse_error(tgt: _Target, placements: list[Placement], text: str, pa
     """The first syntax error of the assembled file `text`, checked by compiling only the statements the hunks
     touched when that is equivalent (compiling a large module costs tens of milliseconds per check).
 
-    The target parses (else `place_file` ignores the answer).  The applied hunks lie inside a run of whole
-    statements [a, b) of the target: top-level statements, or member statements of a class (nested in classes
-    only), which are then compiled inside stand-in ``class`` headers.  Target lines outside the run are unchanged
-    complete statements, so the file parses exactly when the run does — except for the few errors that depend on
-    other statements (``from __future__`` placement, ``global``/``nonlocal`` declarations), so a file with
-    those near the hunks is compiled whole.
-    Any error found in the run is confirmed, and its line taken, by compiling the whole file."""
+    The target parses (else `place_file` ignores the answer).  Each applied hunk lies inside a run of whole target
+    statements [a, b) — top-level statements, or member statements of the classes (only classes) that enclose it,
+    compiled inside stand-in ``class`` headers, followed by a stand-in for the statement after the run.  Runs that
+    meet are joined.  Target lines outside the runs are unchanged complete statements, so the file parses exactly
+    when every run does — but for the errors that depend on other statements: a file with a ``global``/
+    ``nonlocal`` statement, or a ``from __future__`` import after the first hunk, is compiled whole.  An error
+    found in a run is confirmed, and its line taken, by compiling the whole file."""
     applied = [p for p in placements if p.verdict is not Verdict.CONFLICT and p.replacement is not None]
     last_future, scoped = tgt.statement_sensitive
     if applied and not scoped and min(p.start for p in applied) > last_future:
-        span = _touched_statements(tgt, applied)
-        if span is not None:
-            head, body = span
+        groups = [[p] for p in sorted(applied, key=lambda p: (p.start, p.end))]
+        runs = [_statement_run(tgt, g) for g in groups]
+        # runs that overlap or touch are checked as one (a hunk may edit the header of another one's class)
+        joined = True
+        while joined:
+            joined = False
+            for x in range(len(runs)):
+                for y in range(x + 1, len(runs)):
+                    if runs[x][0] <= runs[y][1] and runs[y][0] <= runs[x][1]:
+                        groups[x] = groups[x] + groups.pop(y)
+                        runs.pop(y)
+                        runs[x] = _statement_run(tgt, groups[x])
+                        joined = True
+                        break
+                if joined:
+                    break
+        for _, _, head, body in runs:
             chunk = "\n".join(head + [_strip_cr(ln) for ln in body]) + "\n"
-            if not any(w in chunk for w in ("__future__", "global", "nonlocal")) and parse_error(chunk, path) is None:
-                return None
+            if any(w in chunk for w in ("__future__", "global", "nonlocal")) or parse_error(chunk, path) is not None:
+                break
+        else:
+            return None
     return parse_error(_strip_all_cr(text), path)
 
 
-def _touched_statements(tgt: _Target, applied: list[Placement]) -> tuple[list[str], list[str]] | None:
-    """(stand-in headers, result lines) of the smallest run of whole statements holding every applied hunk, at
-    the indentation of the first one's enclosing class body or at top level; None when there is no such run."""
+def _statement_run(tgt: _Target, applied: list[Placement]) -> tuple[int, int, list[str], list[str]]:
+    """(start, end, stand-in headers, result lines) of the smallest run [start, end) of whole target statements
+    holding the given hunks: member statements of the classes that enclose the first one, or top-level ones."""
     lay = tgt.layout
     n = len(tgt.lines)
     lo = min(p.start for p in applied)
@@ -1042,8 +1058,8 @@ def _touched_statements(tgt: _Target, applied: list[Placement]) -> tuple[list[st
             # a stand-in for the statement that follows: its indentation must close the run's blocks as it does
             # in the file ("unindent does not match" is an error of the line after the run)
             body.append(_lead(_strip_cr(tgt.lines[b])) + "pass")
-        return head, body
-    return None
+        return a, b, head, body
+    raise AssertionError("a top-level run always exists")  # k == 0 never continues
 
 
 def _statement_start(lay: PythonLayout, lo: int, k: int) -> int | None:
