@@ -171,12 +171,13 @@ def test_hunk_intent_compares_edited_headers_by_their_pre_image() -> None:
 
 def test_lazy_layout_answers_like_the_eager_one() -> None:
     """A lazy layout lexes only as far as asked; asked in any order, it answers as a fully lexed one does."""
-    eager = PythonLayout(LINES)
-    order = list(range(len(LINES), -1, -3)) + list(range(len(LINES) + 1))
-    lazy = PythonLayout(LINES, lazy=True)
+    lines = LINES * 8  # long enough that lexing stops well before the end
+    eager = PythonLayout(lines)
+    order = list(range(len(lines), -1, -3)) + list(range(len(lines) + 1))
+    lazy = PythonLayout(lines, lazy=True)
     assert lazy._lexed == 0
     lazy.scope(3)
-    assert lazy._lexed < len(LINES)
+    assert lazy._lexed < len(lines)
     for i in order:
         assert lazy.scope(i) == eager.scope(i), i
         assert lazy.role_at(i) == eager.role_at(i), i

@@ -257,7 +257,8 @@ class PythonLayout:
         n = len(self.lines)
         stop = min(i + 1, n)
         if stop > self._lexed:
-            self._lex_to(stop)
+            # lex ahead a little: callers walk forward line by line
+            self._lex_to(min(n, max(stop, self._lexed + 128)))
         if i >= n and self._lexed == n:
             self.frame_at[n] = self._frame
             self.in_string_at[n] = self._string_end is not None
