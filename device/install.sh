@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the device machine: unpack what make_stage.sh built into /tmp/vc (kept while the machine stays warm).
+#   device/install.sh 1   part 1: dependency wheels -> /tmp/vc/site; stock Python tree -> /tmp/vc/stock;
+#                         stock + composed overlay -> /tmp/vc/composed; _moe_C and cumem into both; tiny model
+#   device/install.sh 2   part 2: _C into both trees
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+S=/tmp/vc
+mkdir -p "$S/p"
+if [ "$1" = 1 ]; then
+  tar xf "$REPO/.devstage/p1/part1.tar" -C "$S/p"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$S/site" "$S"/p/whl/*.whl
+  rm -rf "$S/stock" "$S/composed"; mkdir -p "$S/stock"
+  tar xJf "$S/p/vllm_py.tar.xz" -C "$S/stock"
+  for so in _moe_C_stable_libtorch.abi3.so cumem_allocator.abi3.so; do xz -dc "$S/p/$so.xz" > "$S/stock/vllm/$so"; done
+  cp -a "$S/stock" "$S/composed"
+  tar xJf "$S/p/overlay.tar.xz" -C "$S/composed/vllm"
+  PYTHONPATH="$REPO/src" python3 -c "
+from pathlib import Path
+from vllm_compose.validation.tinyglm import TinyGlmSpec, generate
+generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}), Path('$S/tiny'), max_model_len=1024)"
+else
+  tar xf "$REPO/.devstage/p2/part2.tar" -C "$S/p"
+  for t in stock composed; do xz -dc "$S/p/_C_stable_libtorch.abi3.so.xz" > "$S/$t/vllm/_C_stable_libtorch.abi3.so"; done
+fi
+(cd "$S/p" && sha256sum -c --quiet --ignore-missing SHA256SUMS)
+echo "install part $1: ok"

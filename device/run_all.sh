@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the device machine, after device/install.sh 1 and 2: run validation phases, then collect results into $OUT.
+#   device/run_all.sh PHASE...      phases: p1 p2 p3 p4 p5 p6 (see below); each run is time-boxed
+# Results accumulate in /tmp/vc/res (kept while the machine is warm), so a later call can add phases and collect all.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+S=/tmp/vc; mkdir -p "$S/res" "$S/rec" "$S/log"
+START=$(date +%s); BUDGET=${VC_BUDGET_S:-540}
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+# run LABEL TREE GPUS CAPABILITY [validate.py args...]; CAPABILITY "-" = the real one
+run() {
+  local label=$1 tree=$2 gpus=$3 cap=$4; shift 4
+  local left=$(( BUDGET - ($(date +%s) - START) ))
+  if [ "$left" -lt 60 ]; then echo "SKIP $label (time)"; echo "{\"label\":\"$label\",\"ok\":false,\"error\":\"not run: time\"}" > "$S/res/$label.json"; return; fi
+  local lim=$(( left - 10 < 300 ? left - 10 : 300 ))
+  rm -rf "$S/rec/$label"
+  ( export CUDA_VISIBLE_DEVICES=$gpus PYTHONPATH="$S/$tree:$S/site:$REPO/device/sitecustomize" VC_RECORD_DIR="$S/rec/$label"
+    [ "$cap" != "-" ] && export VC_FAKE_CAPABILITY=$cap
+    timeout -s INT -k 20 "$lim" python3 "$REPO/device/validate.py" --model "$S/tiny" --label "$label" \
+      --out "$S/res/$label.json" "$@" > "$S/log/$label.log" 2>&1
+    echo "rc=$? $label $(tail -c 300 "$S/log/$label.log" | tail -1)" )
+}
+
+for phase in "$@"; do
+  echo "== $phase at $(( $(date +%s) - START ))s"
+  case $phase in
+    p1) run composed_pp1 composed 0 8.0 --pp 1 --logprobs 2 --bench-tokens 256 &
+        run stock_pp1 stock 1 8.0 --pp 1 ; run composed_pp1_sm90 composed 1 - --pp 1 --max-tokens 64; wait ;;
+    p2) run composed_pp1_mtp1 composed 0 8.0 --pp 1 --mtp 1 --bench-tokens 256 &
+        run composed_pp1_mtp2 composed 1 8.0 --pp 1 --mtp 2 --bench-tokens 256; wait ;;
+    p3) run composed_pp2 composed 0,1 8.0 --pp 2 --bench-tokens 256 ;;
+    p4) run composed_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 --bench-tokens 256 ;;
+    p5) run composed_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 --bench-tokens 256 ;;
+    p6) run stock_pp2_mtp1 stock 0,1 8.0 --pp 2 --mtp 1 ;;
+    p4x) run composed_pp4 composed 0,1,2,3 8.0 --pp 4 --bench-tokens 256 ;;
+    p5x) run composed_pp4_mtp1 composed 0,1,2,3 8.0 --pp 4 --mtp 1 --bench-tokens 256 &&
+         run composed_pp4_mtp2 composed 0,1,2,3 8.0 --pp 4 --mtp 2 --bench-tokens 256 ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
+python3 "$REPO/device/collect.py" "$S" "${OUT:-/tmp/vc/out}"

@@ -1,0 +1,145 @@
+"""Make every Python process of a validation run (the driver, the engine core, each spawned worker) take vLLM's
+sm_80 choices on a newer GPU, and record which capability checks and Triton compilations actually happened.
+
+Python imports `sitecustomize` at start-up from any directory on PYTHONPATH; spawned workers inherit PYTHONPATH, so
+each of them runs this too. Driven by environment variables:
+
+VC_FAKE_CAPABILITY=8.0   vLLM's CUDA platform (`vllm.platforms.cuda`, both the NVML and non-NVML classes) and
+                         `torch.cuda.get_device_capability` report this compute capability. The patch is installed
+                         by an import hook the moment `vllm.platforms.cuda` is executed, before any caller can ask.
+                         Triton still compiles for the real GPU (it queries the driver itself): the sm_80 compile
+                         check is the separate compile gate.
+VC_RECORD_DIR=/path      each process appends JSON lines there (`<pid>.jsonl`):
+                         {"kind": "capability", "caller": "vllm/...py:LINE func", "asked": ...} once per call site;
+                         {"kind": "triton", "module": ..., "qualname": ..., "specialization": <triton JSON>} once per
+                         Triton compilation (Triton's jit_cache_hook, called on each in-memory cache miss).
+"""
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+
+_FAKE = os.environ.get("VC_FAKE_CAPABILITY")
+_RECORD_DIR = os.environ.get("VC_RECORD_DIR")
+_seen_callers = set()
+
+
+def _record(obj):
+    if not _RECORD_DIR:
+        return
+    try:
+        os.makedirs(_RECORD_DIR, exist_ok=True)
+        with open(os.path.join(_RECORD_DIR, f"{os.getpid()}.jsonl"), "a") as f:
+            f.write(json.dumps(obj, default=str) + "\n")
+    except OSError:
+        pass
+
+
+def _caller(depth_limit=8):
+    """The nearest vllm source line that asked (skipping this file and the platform wrappers)."""
+    frame = sys._getframe(2)
+    for _ in range(depth_limit):
+        if frame is None:
+            break
+        path = frame.f_code.co_filename
+        if "vllm" in path and "platforms" not in path and "sitecustomize" not in path:
+            idx = path.rfind("vllm/")
+            return f"{path[idx:]}:{frame.f_lineno} {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "?"
+
+
+def _note_capability(asked):
+    c = _caller()
+    if c not in _seen_callers:
+        _seen_callers.add(c)
+        _record({"kind": "capability", "caller": c, "asked": asked, "pid": os.getpid()})
+
+
+def _patch_platform(module):
+    from vllm.platforms.interface import DeviceCapability
+
+    major, minor = (int(x) for x in _FAKE.split("."))
+
+    def get_device_capability(cls, device_id=0):
+        _note_capability("platform.get_device_capability")
+        return DeviceCapability(major=major, minor=minor)
+
+    for obj in list(vars(module).values()):
+        if isinstance(obj, type) and "get_device_capability" in vars(obj):
+            obj.get_device_capability = classmethod(get_device_capability)
+    _record({"kind": "patched", "what": "vllm.platforms.cuda", "capability": _FAKE, "pid": os.getpid()})
+
+
+class _PatchAfterExec(importlib.abc.MetaPathFinder):
+    """Finds `vllm.platforms.cuda` through the other finders, then patches the module right after it executes."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "vllm.platforms.cuda":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            _patch_platform(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _patch_torch():
+    import torch.cuda
+
+    major, minor = (int(x) for x in _FAKE.split("."))
+    real = torch.cuda.get_device_capability
+
+    def get_device_capability(device=None):
+        _note_capability("torch.cuda.get_device_capability")
+        real(device)  # keep torch's own checks (lazy init, bad index) in place
+        return (major, minor)
+
+    torch.cuda.get_device_capability = get_device_capability
+
+
+def _install_triton_recorder():
+    try:
+        from triton import knobs
+    except Exception as exc:  # Triton absent or too old: say so in the record, run on
+        _record({"kind": "triton-recorder-missing", "error": repr(exc)})
+        return
+
+    def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+        _record(
+            {
+                "kind": "triton",
+                "module": fn.module,
+                "qualname": fn.name,
+                "repr": repr,
+                "specialization": compile.get("specialization_data"),
+                "pid": os.getpid(),
+            }
+        )
+        return False  # never skip the compilation itself
+
+    knobs.runtime.jit_cache_hook = hook
+
+
+if _FAKE:
+    sys.meta_path.insert(0, _PatchAfterExec())
+    try:
+        _patch_torch()
+    except Exception as exc:
+        _record({"kind": "torch-patch-failed", "error": repr(exc)})
+if _RECORD_DIR:
+    _install_triton_recorder()

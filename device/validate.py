@@ -1,0 +1,156 @@
+"""One validation run on the device machine: greedy generation of the tiny GLM-DSA model under one configuration.
+
+Run in a fresh process per configuration (vLLM keeps global state per process). Writes one JSON file:
+configuration, environment, token ids per prompt, wall time, spec-decode counters, and the error if the engine
+failed (the negative control on stock 0.26.0 is expected to fail; its error is the result).
+
+    python device/validate.py --model /tmp/tiny --pp 2 --mtp 1 --out $OUT/pp2_mtp1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+
+#: the Ampere serving environment (docs/validation.md explains each); set before vLLM is imported
+AMPERE_ENV = {
+    "VLLM_USE_V2_MODEL_RUNNER": "1",
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "VLLM_USE_DEEP_GEMM": "0",
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def spec_metrics(llm) -> dict:
+    """Spec-decode counters from the engine's Prometheus-style metrics (empty without MTP)."""
+    out: dict = {}
+    try:
+        for m in llm.get_metrics():
+            name = getattr(m, "name", "")
+            if "spec_decode" in name:
+                value = getattr(m, "value", None)
+                if value is None and hasattr(m, "values"):
+                    value = list(m.values)
+                out[name] = value
+    except Exception as exc:  # metrics API drift must not lose the tokens
+        out["error"] = repr(exc)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--mtp", type=int, default=0, help="num_speculative_tokens; 0 = no MTP")
+    ap.add_argument("--max-tokens", type=int, default=320)
+    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--logprobs", type=int, default=0, help="top-n logprobs per token (margins for tie analysis)")
+    ap.add_argument("--backend", default="TRITON_MLA_SPARSE")
+    ap.add_argument("--gpu-mem", type=float, default=0.25)
+    ap.add_argument("--bench-tokens", type=int, default=0, help="also time single-stream decode of N tokens")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    for k, v in AMPERE_ENV.items():
+        os.environ.setdefault(k, v)
+    from vllm_compose.validation.tinyglm import TinyGlmSpec, pp_layer_partition, prompts
+
+    spec_file = Path(args.model) / "tinyglm_spec.json"
+    spec = TinyGlmSpec(**json.loads(spec_file.read_text()))
+    os.environ["VLLM_PP_LAYER_PARTITION"] = ",".join(map(str, pp_layer_partition(spec.num_hidden_layers, args.pp)))
+    result: dict = {
+        "label": args.label,
+        "pp": args.pp,
+        "mtp": args.mtp,
+        "backend": args.backend,
+        "pp_layer_partition": os.environ["VLLM_PP_LAYER_PARTITION"],
+        "env": {k: os.environ.get(k) for k in [*AMPERE_ENV, "VC_FAKE_CAPABILITY", "VLLM_PP_LAYER_PARTITION"]},
+        "max_tokens": args.max_tokens,
+        "max_model_len": args.max_model_len,
+        "index_topk": spec.index_topk,
+    }
+    out = Path(args.out)
+    try:
+        import vllm
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        result["vllm_version"] = vllm.__version__
+        result["vllm_file"] = vllm.__file__
+        kwargs = dict(
+            model=args.model,
+            skip_tokenizer_init=True,
+            dtype="bfloat16",
+            pipeline_parallel_size=args.pp,
+            block_size=64,
+            kv_cache_dtype="auto",
+            attention_backend=args.backend,
+            enforce_eager=True,
+            max_model_len=args.max_model_len,
+            max_num_seqs=8,
+            gpu_memory_utilization=args.gpu_mem,
+            seed=0,
+            disable_log_stats=False,
+        )
+        if args.mtp:
+            kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": args.mtp}
+        t0 = time.perf_counter()
+        llm = LLM(**kwargs)
+        result["init_s"] = time.perf_counter() - t0
+        ps = [TokensPrompt(prompt_token_ids=p) for p in prompts(spec, args.prompts)]
+        sp = SamplingParams(
+            temperature=0.0,
+            max_tokens=args.max_tokens,
+            ignore_eos=True,
+            detokenize=False,
+            logprobs=args.logprobs or None,
+        )
+        t0 = time.perf_counter()
+        outs = llm.generate(ps, sp, use_tqdm=False)
+        result["generate_s"] = time.perf_counter() - t0
+        result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
+        result["token_ids"] = [list(o.outputs[0].token_ids) for o in outs]
+        if args.logprobs:
+            margins = []
+            for o in outs:
+                row = []
+                for lp in o.outputs[0].logprobs or []:
+                    vals = sorted((x.logprob for x in lp.values()), reverse=True)
+                    row.append(round(vals[0] - vals[1], 4) if len(vals) > 1 else None)
+                margins.append(row)
+            result["top2_margins"] = margins
+        result["generated_tokens"] = sum(len(t) for t in result["token_ids"])
+        result["tok_per_s"] = result["generated_tokens"] / result["generate_s"]
+        result["spec_metrics"] = spec_metrics(llm)
+        if args.bench_tokens:
+            sys.path.insert(0, str(REPO / "benchmarks"))
+            from mtp_decode import measure
+
+            result["bench"] = measure(llm, prompts(spec, 1)[0], args.bench_tokens)
+        result["ok"] = True
+    except BaseException as exc:  # the negative control's failure is data
+        result["ok"] = False
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-6000:]
+    out.write_text(json.dumps(result, indent=1, default=str))
+    print(json.dumps({k: result.get(k) for k in ("label", "ok", "error", "generated_tokens", "tok_per_s")}))
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

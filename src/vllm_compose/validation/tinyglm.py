@@ -1,0 +1,372 @@
+"""A tiny random-init GLM-DSA (`glm_moe_dsa`, GlmMoeDsaForCausalLM) checkpoint, made here from a seed.
+
+The checkpoint has the real GLM-5.x / DeepSeek-V3.2 layout as vLLM 0.26.0's `deepseek_v2` / `deepseek_mtp` loaders
+read it: a dense first layer (`first_k_dense_replace`), MoE layers with one tensor per routed expert plus shared
+experts and a routing bias, the lightning indexer (`indexer.wq_b/wk/k_norm/weights_proj`) in every layer, and the MTP
+"nextn" layer at index `num_hidden_layers` with `eh_proj`, `enorm`, `hnorm`, `shared_head` (and its own
+`embed_tokens`, which a draft on the last pipeline stage needs because the target's embedding lives on the first).
+
+Sizes keep what the kernels need (MLA latent 512 + rope 64 = the 576-wide sparse-MLA head; indexer head 128 with rope
+64, the shape that selects the fused indexer-q kernel) and shrink the rest. `index_topk` stays below `max_model_len`
+so the indexer KV cache is built and the top-k really drops tokens once a sequence passes `index_topk`.
+
+Only numpy is needed: the safetensors file is written directly (8-byte header length, JSON header, raw little-endian
+data), with bfloat16 made by round-to-nearest-even from float32, so CI can test the layout without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ComposeError
+
+#: safetensors dtype names for the two dtypes this checkpoint uses, with their byte widths.
+_DTYPE_BYTES = {"BF16": 2, "F32": 4}
+
+
+class TinyGlmError(ComposeError):
+    """A tiny checkpoint could not be specified, written or read."""
+
+
+@dataclass(frozen=True)
+class TinyGlmSpec:
+    """Sizes of the tiny model; every field ends up in config.json under the HF name."""
+
+    seed: int = 0
+    vocab_size: int = 2048
+    hidden_size: int = 512
+    intermediate_size: int = 1024
+    moe_intermediate_size: int = 256
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 8
+    n_routed_experts: int = 8
+    num_experts_per_tok: int = 2
+    n_shared_experts: int = 1
+    first_k_dense_replace: int = 1
+    q_lora_rank: int = 256
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+    index_topk: int = 256
+    index_n_heads: int = 32
+    index_head_dim: int = 128
+    num_nextn_predict_layers: int = 1
+    max_position_embeddings: int = 4096
+    #: std of the output heads relative to 1/sqrt(hidden): large margins between the top two logits keep greedy
+    #: decoding stable against bf16 rounding differences between batch shapes (PP, MTP verification).
+    head_gain: float = 6.0
+    #: extra fields merged into config.json last (e.g. index_topk_freq to give some layers a shared indexer)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self, max_model_len: int | None = None) -> None:
+        """Refuse sizes the kernels or the loaders cannot take."""
+        problems = []
+        if self.num_hidden_layers < 1:
+            problems.append("num_hidden_layers must be >= 1")
+        if not 0 <= self.first_k_dense_replace <= self.num_hidden_layers:
+            problems.append("first_k_dense_replace must lie in [0, num_hidden_layers]")
+        if self.kv_lora_rank + self.qk_rope_head_dim != 576:
+            problems.append("kv_lora_rank + qk_rope_head_dim must be 576 (the sparse-MLA head width)")
+        if self.index_head_dim % 128:
+            problems.append("index_head_dim must be a multiple of 128 (the indexer's fp8 quant block)")
+        if self.num_experts_per_tok > self.n_routed_experts:
+            problems.append("num_experts_per_tok exceeds n_routed_experts")
+        if max_model_len is not None and max_model_len <= self.index_topk:
+            problems.append(
+                f"max_model_len {max_model_len} <= index_topk {self.index_topk}: the indexer cache would never "
+                "drop a token"
+            )
+        if problems:
+            raise TinyGlmError(
+                "tiny GLM spec refused: " + "; ".join(problems),
+                hint="change the sizes (TinyGlmSpec fields) or raise max_model_len",
+            )
+
+
+def config_dict(spec: TinyGlmSpec) -> dict[str, Any]:
+    """The config.json of the tiny checkpoint (GlmMoeDsaConfig field names)."""
+    cfg: dict[str, Any] = {
+        "architectures": ["GlmMoeDsaForCausalLM"],
+        "model_type": "glm_moe_dsa",
+        "dtype": "bfloat16",
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "moe_intermediate_size": spec.moe_intermediate_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_attention_heads,
+        "n_routed_experts": spec.n_routed_experts,
+        "num_experts_per_tok": spec.num_experts_per_tok,
+        "n_shared_experts": spec.n_shared_experts,
+        "n_group": 1,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "moe_layer_freq": 1,
+        "first_k_dense_replace": spec.first_k_dense_replace,
+        "q_lora_rank": spec.q_lora_rank,
+        "kv_lora_rank": spec.kv_lora_rank,
+        "qk_nope_head_dim": spec.qk_nope_head_dim,
+        "qk_rope_head_dim": spec.qk_rope_head_dim,
+        "v_head_dim": spec.v_head_dim,
+        "head_dim": spec.qk_rope_head_dim,
+        "index_topk": spec.index_topk,
+        "index_n_heads": spec.index_n_heads,
+        "index_head_dim": spec.index_head_dim,
+        "indexer_rope_interleave": True,
+        "rope_interleave": True,
+        "num_nextn_predict_layers": spec.num_nextn_predict_layers,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": False,
+        "initializer_range": 0.02,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 2,
+        "use_cache": True,
+    }
+    cfg.update(spec.extra)
+    return cfg
+
+
+def _is_moe_layer(spec: TinyGlmSpec, layer: int) -> bool:
+    return layer >= spec.first_k_dense_replace
+
+
+def tensor_layout(spec: TinyGlmSpec) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every checkpoint tensor: name -> (shape as [out, in] for linear weights, safetensors dtype), in file order."""
+    h, v = spec.hidden_size, spec.vocab_size
+    heads = spec.num_attention_heads
+    out: dict[str, tuple[tuple[int, ...], str]] = {
+        "model.embed_tokens.weight": ((v, h), "BF16"),
+    }
+
+    def decoder(prefix: str, layer: int) -> None:
+        a = f"{prefix}.self_attn"
+        out[f"{prefix}.input_layernorm.weight"] = ((h,), "BF16")
+        out[f"{a}.q_a_proj.weight"] = ((spec.q_lora_rank, h), "BF16")
+        out[f"{a}.q_a_layernorm.weight"] = ((spec.q_lora_rank,), "BF16")
+        out[f"{a}.q_b_proj.weight"] = ((heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim), spec.q_lora_rank), "BF16")
+        out[f"{a}.kv_a_proj_with_mqa.weight"] = ((spec.kv_lora_rank + spec.qk_rope_head_dim, h), "BF16")
+        out[f"{a}.kv_a_layernorm.weight"] = ((spec.kv_lora_rank,), "BF16")
+        out[f"{a}.kv_b_proj.weight"] = ((heads * (spec.qk_nope_head_dim + spec.v_head_dim), spec.kv_lora_rank), "BF16")
+        out[f"{a}.o_proj.weight"] = ((h, heads * spec.v_head_dim), "BF16")
+        i = f"{a}.indexer"
+        out[f"{i}.wq_b.weight"] = ((spec.index_n_heads * spec.index_head_dim, spec.q_lora_rank), "BF16")
+        out[f"{i}.wk.weight"] = ((spec.index_head_dim, h), "BF16")
+        out[f"{i}.k_norm.weight"] = ((spec.index_head_dim,), "BF16")
+        out[f"{i}.k_norm.bias"] = ((spec.index_head_dim,), "BF16")
+        out[f"{i}.weights_proj.weight"] = ((spec.index_n_heads, h), "BF16")
+        out[f"{prefix}.post_attention_layernorm.weight"] = ((h,), "BF16")
+        m = f"{prefix}.mlp"
+        if _is_moe_layer(spec, layer):
+            im = spec.moe_intermediate_size
+            out[f"{m}.gate.weight"] = ((spec.n_routed_experts, h), "BF16")
+            out[f"{m}.gate.e_score_correction_bias"] = ((spec.n_routed_experts,), "F32")
+            for e in range(spec.n_routed_experts):
+                out[f"{m}.experts.{e}.gate_proj.weight"] = ((im, h), "BF16")
+                out[f"{m}.experts.{e}.up_proj.weight"] = ((im, h), "BF16")
+                out[f"{m}.experts.{e}.down_proj.weight"] = ((h, im), "BF16")
+            ims = im * spec.n_shared_experts
+            out[f"{m}.shared_experts.gate_proj.weight"] = ((ims, h), "BF16")
+            out[f"{m}.shared_experts.up_proj.weight"] = ((ims, h), "BF16")
+            out[f"{m}.shared_experts.down_proj.weight"] = ((h, ims), "BF16")
+        else:
+            out[f"{m}.gate_proj.weight"] = ((spec.intermediate_size, h), "BF16")
+            out[f"{m}.up_proj.weight"] = ((spec.intermediate_size, h), "BF16")
+            out[f"{m}.down_proj.weight"] = ((h, spec.intermediate_size), "BF16")
+
+    for layer in range(spec.num_hidden_layers):
+        decoder(f"model.layers.{layer}", layer)
+    for k in range(spec.num_nextn_predict_layers):
+        layer = spec.num_hidden_layers + k
+        p = f"model.layers.{layer}"
+        out[f"{p}.embed_tokens.weight"] = ((v, h), "BF16")
+        out[f"{p}.enorm.weight"] = ((h,), "BF16")
+        out[f"{p}.hnorm.weight"] = ((h,), "BF16")
+        out[f"{p}.eh_proj.weight"] = ((h, 2 * h), "BF16")
+        decoder(p, layer)
+        out[f"{p}.shared_head.norm.weight"] = ((h,), "BF16")
+        out[f"{p}.shared_head.head.weight"] = ((v, h), "BF16")
+    out["model.norm.weight"] = ((h,), "BF16")
+    out["lm_head.weight"] = ((v, h), "BF16")
+    return out
+
+
+def _init_tensor(rng, name: str, shape: tuple[int, ...], spec: TinyGlmSpec):
+    """Random values for one tensor: norms at 1, biases at 0, heads wider, the rest N(0, 1/sqrt(fan_in))."""
+    import numpy as np
+
+    if name.endswith("norm.weight"):
+        return np.ones(shape, dtype=np.float32)
+    if name.endswith(".bias") or name.endswith("e_score_correction_bias"):
+        return np.zeros(shape, dtype=np.float32)
+    fan_in = shape[-1]
+    std = fan_in**-0.5
+    if name.endswith("lm_head.weight") or name.endswith("shared_head.head.weight"):
+        std *= spec.head_gain
+    elif name.endswith("embed_tokens.weight"):
+        std = 1.0
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+
+def to_bf16_bits(x):
+    """float32 array -> uint16 bfloat16 bit patterns, rounded to nearest even (NaN kept NaN)."""
+    import numpy as np
+
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    out = ((bits + rounding) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out
+
+
+def from_bf16_bits(b):
+    """uint16 bfloat16 bit patterns -> float32 array."""
+    import numpy as np
+
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def make_tensors(spec: TinyGlmSpec) -> dict[str, Any]:
+    """All tensors as float32 numpy arrays, deterministic from `spec.seed`.
+
+    Each tensor draws from its own generator seeded by (seed, index), so a tensor's values do not depend on which
+    tensors come before it when a layout is extended. The MTP layer's `embed_tokens` and `shared_head.head` are the
+    main model's, as in the real checkpoints where they are copies.
+    """
+    import numpy as np
+
+    layout = tensor_layout(spec)
+    tensors: dict[str, Any] = {}
+    for index, (name, (shape, _dtype)) in enumerate(layout.items()):
+        rng = np.random.Generator(np.random.PCG64([spec.seed, index]))
+        tensors[name] = _init_tensor(rng, name, shape, spec)
+    for k in range(spec.num_nextn_predict_layers):
+        p = f"model.layers.{spec.num_hidden_layers + k}"
+        tensors[f"{p}.embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
+        tensors[f"{p}.shared_head.head.weight"] = tensors["lm_head.weight"]
+    return tensors
+
+
+def write_safetensors(path: Path, tensors: dict[str, Any], dtypes: dict[str, str], metadata: dict[str, str]) -> None:
+    """Write `tensors` (float32 numpy arrays) to a safetensors file, each stored in `dtypes[name]` (BF16 or F32)."""
+    import numpy as np
+
+    header: dict[str, Any] = {"__metadata__": metadata}
+    blobs = []
+    offset = 0
+    for name, arr in tensors.items():
+        dtype = dtypes[name]
+        if dtype == "BF16":
+            data = to_bf16_bits(arr).astype("<u2").tobytes()
+        elif dtype == "F32":
+            data = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+        else:
+            raise TinyGlmError(f"unsupported dtype {dtype}", key=name, hint="use BF16 or F32")
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # the format pads the header so the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for data in blobs:
+            f.write(data)
+
+
+def read_safetensors(path: Path, load: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read a safetensors file written by `write_safetensors`: (header without metadata, name -> float32 array)."""
+    import numpy as np
+
+    raw = Path(path).read_bytes()
+    if len(raw) < 8:
+        raise TinyGlmError("safetensors file too short", file=str(path), hint="regenerate the checkpoint")
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    header.pop("__metadata__", None)
+    arrays: dict[str, Any] = {}
+    if load:
+        base = 8 + n
+        for name, info in header.items():
+            start, end = info["data_offsets"]
+            buf = raw[base + start : base + end]
+            if info["dtype"] == "BF16":
+                arr = from_bf16_bits(np.frombuffer(buf, dtype="<u2"))
+            elif info["dtype"] == "F32":
+                arr = np.frombuffer(buf, dtype="<f4").astype(np.float32)
+            else:
+                raise TinyGlmError(f"unexpected dtype {info['dtype']}", file=str(path), key=name)
+            arrays[name] = arr.reshape(info["shape"])
+    return header, arrays
+
+
+def generate(spec: TinyGlmSpec, out_dir: Path, max_model_len: int | None = None) -> Path:
+    """Write config.json and model.safetensors for `spec` under `out_dir`; return `out_dir`.
+
+    The output is byte-identical for equal specs (no timestamps), so a checkpoint made on the device machine equals
+    the one the CPU tests check.
+    """
+    spec.validate(max_model_len)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    layout = tensor_layout(spec)
+    tensors = make_tensors(spec)
+    meta = {"format": "pt", "generator": "vllm_compose.validation.tinyglm", "seed": str(spec.seed)}
+    write_safetensors(out_dir / "model.safetensors", tensors, {n: d for n, (_s, d) in layout.items()}, meta)
+    (out_dir / "config.json").write_text(json.dumps(config_dict(spec), indent=2, sort_keys=True) + "\n")
+    (out_dir / "tinyglm_spec.json").write_text(json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
+    return out_dir
+
+
+def pp_layer_partition(num_layers: int, pp_size: int) -> list[int]:
+    """Decoder layers per pipeline stage, as vLLM 0.26.0 splits them without VLLM_PP_LAYER_PARTITION.
+
+    An even split; a remainder goes one layer each to the stages before the last, starting next-to-last (the last
+    stage holds the final norm, the LM head and, with MTP, the draft). Every stage must get at least one layer.
+    """
+    if pp_size < 1:
+        raise TinyGlmError(f"pipeline size {pp_size} < 1", hint="use a pipeline-parallel size of 1 or more")
+    if num_layers < pp_size:
+        raise TinyGlmError(
+            f"{num_layers} decoder layers cannot fill {pp_size} pipeline stages",
+            hint=f"generate the tiny model with num_hidden_layers >= {pp_size}",
+        )
+    parts = [num_layers // pp_size] * pp_size
+    for i in range(2, num_layers % pp_size + 2):
+        parts[-i] += 1
+    return parts
+
+
+def stage_layers(num_layers: int, pp_size: int) -> list[range]:
+    """The decoder-layer indices each pipeline stage runs (see `pp_layer_partition`)."""
+    out, start = [], 0
+    for n in pp_layer_partition(num_layers, pp_size):
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def prompts(spec: TinyGlmSpec, count: int = 4, lengths: tuple[int, ...] = (17, 64, 150, 40)) -> list[list[int]]:
+    """Fixed prompts as token ids (the tokenizer is skipped), deterministic from the seed; ids avoid bos/eos/pad."""
+    import numpy as np
+
+    rng = np.random.Generator(np.random.PCG64([spec.seed, 0x70726F6D]))
+    return [
+        [int(t) for t in rng.integers(3, spec.vocab_size, size=lengths[i % len(lengths)])] for i in range(count)
+    ]
