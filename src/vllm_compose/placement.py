@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import keyword
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -545,6 +546,12 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                                  + (f" and {len(gone) - 1} more" if len(gone) > 1 else ""))
             prev = M[g.a - 1] if g.a > 0 else None
             nxt = M[g.b] if g.b < m else None
+            if g.b == g.a:
+                anchors = _insertion_anchors(P, M, g, tgt)
+                if isinstance(anchors, str):
+                    return _Plan([], anchors)
+                prev = anchors[0] if prev is None else prev
+                nxt = anchors[1] if nxt is None else nxt
             if prev is not None and nxt is not None:
                 between = list(range(prev + 1, nxt))
                 if between:
@@ -613,6 +620,70 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
             notes.append(f"added lines re-indented by {delta:+d} columns")
         edits.append(_Edit(start, end, new_lines, False))
     return _Plan(edits, None, "; ".join(notes))
+
+
+#: the head that names what a line is about: an assigned, annotated or called name (``x =``, ``self.y[i] +=``,
+#: ``name:``, ``call(``), a keyword argument, a def/class name
+_IDENTITY = re.compile(r"\s*(?:(?:async\s+)?(def|class)\s+(\w+)|(\w+(?:\.\w+|\[[^\]]*\])*)\s*([-+*/%&|^@]?=(?!=)|:|\())")
+
+
+def _identity(line: str) -> str | None:
+    """What a line is about, when its head names it (see `_IDENTITY`); None for any other line (``return x``,
+    ``)``, a comment): such a line has no identity a changed version of it could keep."""
+    m = _IDENTITY.match(line)
+    if m is None:
+        return None
+    if m.group(1):
+        return f"{m.group(1)} {m.group(2)}"
+    head = m.group(3)
+    if keyword.iskeyword(head.split(".")[0].split("[")[0]):
+        return None
+    return f"{head} {m.group(4)}"
+
+
+def _insertion_anchors(P: list[str], M: list[int | None], g: _Group, tgt: _Target) -> tuple[int | None, int | None] | str:
+    """Check the lines that anchor a pure insertion, and re-find the changed ones.
+
+    An insertion sits between the nearest non-blank pre-image lines before and after it (its anchors: the statement
+    or element it follows, the one it precedes).  3-way merging treats a change touching the other side's change as
+    a conflict; here an anchor the target changed (the alignment has no line for it) still anchors the insertion
+    when exactly one target line where it was keeps its identity — the same name assigned, annotated, called or
+    passed (``source: A,`` -> ``source: A | None = None,``).  An anchor that is gone, or changed into something
+    else (``x[i] = 0`` -> ``x[i].fill_(0)``, ``a * b,`` -> ``c,``), means the insertion's site is no longer there:
+    the reason is returned.  Otherwise (re-found target line of the anchor before / after, when it is the line
+    right next to the insertion; else None), so that the usual gap rules apply around it."""
+    m = len(P)
+    found: list[int | None] = [None, None]
+    for side, (j, step) in enumerate(((g.a - 1, -1), (g.b, 1))):
+        while 0 <= j < m and not P[j].strip():
+            j += step
+        if not 0 <= j < m or M[j] is not None:
+            continue
+        ident = _identity(_strip_cr(P[j]))
+        # the target lines the anchor could have become: between the nearest agreeing pre-image lines around it
+        # (at the hunk's edge: as many lines as the pre-image has there, and one more)
+        jp = next((k for k in range(j - 1, -1, -1) if M[k] is not None), None)
+        jn = next((k for k in range(j + 1, m) if M[k] is not None), None)
+        if jp is None and jn is None:
+            continue
+        lo = M[jp] + 1 if jp is not None else max(0, M[jn] - (jn - j) - 1)
+        hi = M[jn] if jn is not None else min(len(tgt.lines), M[jp] + (j - jp) + 1)
+        same = [t for t in range(lo, hi) if ident is not None and _identity(_strip_cr(tgt.lines[t])) == ident]
+        if len(same) == 1:
+            if j == (g.a - 1 if side == 0 else g.b):
+                found[side] = same[0]
+        elif side == 0:
+            in_place = [t for t in range(lo, hi) if tgt.norm[t]]
+            if in_place:
+                t = in_place[-1]
+                return (f"the line the insertion follows, `{P[j].strip()}`, was changed in the target (target line "
+                        f"{t + 1}: `{tgt.lines[t].strip()}`): the site the hunk was made for is gone")
+    before = found[0] if found[0] is not None else (M[g.a - 1] if g.a > 0 else None)
+    after = found[1] if found[1] is not None else (M[g.b] if g.b < m else None)
+    if before is not None and after is not None and before >= after:
+        return (f"the lines around the insertion are in another order in the target (target lines {before + 1} "
+                f"and {after + 1}): the site the hunk was made for is gone")
+    return found[0], found[1]
 
 
 def _approximate_plan(groups: list[_Group], al: _Alignment) -> _Plan | None:

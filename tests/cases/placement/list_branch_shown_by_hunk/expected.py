@@ -7,8 +7,8 @@ def pick_backends(kind, major):
             ]
         else:
             return [
-                Backend.MEDIUM_V2,
+                Backend.MEDIUM,
                 Backend.NEW,
-                Backend.SLOW,
+                Backend.SLOW_V2,
             ]
     return [Backend.BASIC]

@@ -7,7 +7,7 @@ def pick_backends(kind, major):
             ]
         else:
             return [
-                Backend.MEDIUM_V2,
-                Backend.SLOW,
+                Backend.MEDIUM,
+                Backend.SLOW_V2,
             ]
     return [Backend.BASIC]
