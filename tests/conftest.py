@@ -5,14 +5,17 @@
 * cache: `VLLM_COMPOSE_CACHE` points at a fresh folder per test;
 * network: opening a socket (other than a Unix socket) fails, as if the machine were offline, unless the test is
   marked `network` or `sdist` (the real PyPI sdist, downloaded once into the user's real cache);
-* `fake_http`: a stand-in for `sources._http_get` serving canned answers, for index and download tests.
+* `fake_http`: a stand-in for `sources._http_get` (every request of the package goes through it) serving canned
+  answers, for index and download tests.
 """
 
 from __future__ import annotations
 
+import http.client
 import io
 import os
 import socket
+import urllib.error
 from pathlib import Path
 
 import pygit2
@@ -125,26 +128,39 @@ class _FakeResponse(io.BytesIO):
 
 
 class FakeHTTP:
-    """Canned answers for `sources._http_get`: `serve(url, body, content_type)`, `fail(url, after=N)`.
+    """Canned answers for `sources._http_get`, the package's one door to the network.
 
-    Unknown URLs raise `urllib.error.URLError`, as an unreachable host does. `requests` lists what was asked.
+    `serve(url, body, content_type, fail_after=N, length=L)` answers `url` with `body` (resetting the connection
+    once N bytes were read; announcing L bytes as Content-Length); `refuse(url, status)` answers with an HTTP
+    error. Other URLs raise `urllib.error.URLError`, as an unreachable host does. `requests` lists what was asked.
     """
 
     def __init__(self) -> None:
-        self.routes: dict[str, tuple[bytes, dict[str, str], int | None]] = {}
+        self.routes: dict[str, tuple[bytes, dict[str, str], int | None] | int] = {}
         self.requests: list[str] = []
 
-    def serve(self, url: str, body: bytes, content_type: str = "application/octet-stream", fail_after=None):
-        headers = {"Content-Type": content_type, "Content-Length": str(len(body))}
+    def serve(
+        self,
+        url: str,
+        body: bytes,
+        content_type: str = "application/octet-stream",
+        fail_after: int | None = None,
+        length: int | None = None,
+    ) -> None:
+        headers = {"Content-Type": content_type, "Content-Length": str(len(body) if length is None else length)}
         self.routes[url] = (body, headers, fail_after)
 
-    def __call__(self, url, headers=None, timeout=None):
-        import urllib.error
+    def refuse(self, url: str, status: int = 404) -> None:
+        self.routes[url] = status
 
+    def __call__(self, url, headers=None, timeout=None):
         self.requests.append(url)
-        if url not in self.routes:
+        route = self.routes.get(url)
+        if route is None:
             raise urllib.error.URLError(NetworkBlocked(f"no route to {url} (fake network)"))
-        body, hdrs, fail_after = self.routes[url]
+        if isinstance(route, int):
+            raise urllib.error.HTTPError(url, route, http.client.responses.get(route, "Error"), {}, None)
+        body, hdrs, fail_after = route
         return _FakeResponse(url, body, hdrs, fail_after)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import zipfile
 from pathlib import Path
 
@@ -140,7 +141,7 @@ def test_disk_full_exit_3(composed, monkeypatch, capsys) -> None:
     _no_wheel_left(composed["out"])
 
 
-def test_hash_mismatch_from_index_exit_3(composed, tmp_path, monkeypatch, capsys) -> None:
+def test_hash_mismatch_from_index_exit_3(composed, tmp_path, fake_http, capsys) -> None:
     import json
 
     stock = composed["stock"]
@@ -148,19 +149,31 @@ def test_hash_mismatch_from_index_exit_3(composed, tmp_path, monkeypatch, capsys
         "files": [{"filename": STOCK_NAME, "url": "https://index.invalid/files/" + STOCK_NAME,
                    "hashes": {"sha256": "0" * 64}}]
     }
-    routes = {
-        "https://index.invalid/simple/vllm/": (json.dumps(index).encode(), "application/vnd.pypi.simple.v1+json"),
-        "https://index.invalid/files/" + STOCK_NAME: (stock.read_bytes(), "application/octet-stream"),
-    }
-    from test_wheel import _Index
-
-    monkeypatch.setattr(wheel_mod._download, "http_get", _Index(routes))
+    fake_http.serve("https://index.invalid/simple/vllm/", json.dumps(index).encode(),
+                    "application/vnd.pypi.simple.v1+json")
+    fake_http.serve("https://index.invalid/files/" + STOCK_NAME, stock.read_bytes())
     cache = tmp_path / "wheels"
     argv = [a for a in wheel_argv(composed) if a not in ("--stock-wheel", str(stock))]
     assert main(argv + ["--wheel-cache", str(cache), "--index-url", "https://index.invalid/simple/"]) == 3
-    assert "sha256" in capsys.readouterr().err
-    assert not cache.exists() or not list(cache.glob("*.whl"))
+    assert "sha256 mismatch" in capsys.readouterr().err
+    assert not list(cache.rglob("*.whl")) and not [p for p in (cache / "sha256").iterdir()]
     _no_wheel_left(composed["out"])
+
+
+def test_wheel_fetches_the_stock_wheel_then_works_offline(composed, tmp_path, fake_http, capsys) -> None:
+    stock = composed["stock"]
+    digest = hashlib.sha256(stock.read_bytes()).hexdigest()
+    index = f'<a href="/files/{STOCK_NAME}#sha256={digest}">{STOCK_NAME}</a>'
+    fake_http.serve("https://index.invalid/simple/vllm/", index.encode(), "text/html")
+    fake_http.serve("https://index.invalid/files/" + STOCK_NAME, stock.read_bytes())
+    cache = tmp_path / "cache"
+    argv = [a for a in wheel_argv(composed) if a not in ("--stock-wheel", str(stock))] + ["--wheel-cache", str(cache)]
+    assert main(argv + ["--index-url", "https://index.invalid/simple/"]) == 0
+    assert (cache / "wheels" / STOCK_NAME).read_bytes() == stock.read_bytes()
+    fake_http.routes.clear()
+    assert main(argv + ["--offline"]) == 0
+    assert len(fake_http.requests) == 2 and len(list(composed["out"].glob("*.whl"))) == 1
+    assert STOCK_NAME in capsys.readouterr().out
 
 
 def test_editable_prints_the_precompiled_command(composed, capsys) -> None:

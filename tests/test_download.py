@@ -1,65 +1,28 @@
-"""Tests for download.py: a download becomes visible only complete and verified; every failure leaves nothing."""
+"""Tests for `sources.download`: a download becomes visible only complete and verified; every failure leaves nothing.
+
+The network is `fake_http` (conftest): canned answers that can lie about their length or reset part-way.
+"""
 
 from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import os
-import urllib.error
-from pathlib import Path
 
 import pytest
 
-from vllm_compose import download
-from vllm_compose.download import download_verified, sha256_file
+from vllm_compose import sources
 from vllm_compose.errors import SourceError
 
 URL = "https://files.example.invalid/pkg/file.bin"
-BODY = os.urandom(3 * download.CHUNK_SIZE + 123)
+MIB = 1 << 20
+BODY = os.urandom(3 * MIB + 123)
 SHA = hashlib.sha256(BODY).hexdigest()
 
 
-class _Response(io.BytesIO):
-    """A response that can claim more bytes than it has, or reset the connection part-way."""
-
-    def __init__(self, body: bytes, length: int | None = None, reset_after: int | None = None) -> None:
-        super().__init__(body)
-        self.headers = {"Content-Length": str(len(body) if length is None else length)}
-        self.reset_after = reset_after
-
-    def read(self, n: int = -1) -> bytes:
-        if self.reset_after is not None and self.tell() >= self.reset_after:
-            raise ConnectionResetError("connection reset by peer (simulated)")
-        return super().read(n)
-
-
-def _serve(monkeypatch, **kw) -> list[str]:
-    asked: list[str] = []
-
-    def fake_get(url, headers=None, timeout=None):
-        asked.append(url)
-        if kw.get("missing"):
-            raise urllib.error.URLError("no route to host (simulated)")
-        return _Response(BODY, kw.get("length"), kw.get("reset_after"))
-
-    monkeypatch.setattr(download, "http_get", fake_get)
-    return asked
-
-
-def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
-
-
-def test_download_ok(tmp_path: Path, monkeypatch) -> None:
-    _serve(monkeypatch)
-    seen = []
-    dest = download_verified(URL, tmp_path / "c" / "file.bin", SHA, progress=lambda d, t: seen.append((d, t)))
-    assert dest.read_bytes() == BODY
-    assert sha256_file(dest) == SHA
-    assert _leftovers(tmp_path / "c") == ["file.bin"]
-    assert seen[-1] == (len(BODY), len(BODY)) and len(seen) == 4
-    assert dest.stat().st_mode & 0o777 == 0o666 & ~_umask()
+def _leftovers(cache: sources.Cache) -> list[str]:
+    """Everything in the cache's blob folder, temporary files included."""
+    return sorted(p.name for p in cache.blob_dir.iterdir()) if cache.blob_dir.is_dir() else []
 
 
 def _umask() -> int:
@@ -68,68 +31,87 @@ def _umask() -> int:
     return mask
 
 
-def test_sha_mismatch_keeps_nothing(tmp_path: Path, monkeypatch) -> None:
-    _serve(monkeypatch)
+def test_download_ok(cache, fake_http) -> None:
+    fake_http.serve(URL, BODY)
+    seen = []
+    path = sources.download(URL, SHA, cache, progress=lambda *e: seen.append(e))
+    assert path == cache.blob_path(SHA) and path.read_bytes() == BODY
+    assert sources._sha256_file(path) == SHA
+    assert _leftovers(cache) == [SHA]
+    # throttled to about one call per MiB, and the last call says the step is done
+    assert seen[-1] == ("download file.bin", len(BODY), len(BODY)) and len(seen) == 4
+    assert [d for _, d, _ in seen] == sorted(d for _, d, _ in seen)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    # a second call is served from the cache, without the network
+    assert sources.download(URL, SHA, cache) == path and fake_http.requests == [URL]
+
+
+def test_sha_mismatch_keeps_nothing(cache, fake_http) -> None:
+    fake_http.serve(URL, BODY)
     with pytest.raises(SourceError, match="sha256 mismatch") as info:
-        download_verified(URL, tmp_path / "file.bin", "0" * 64)
+        sources.download(URL, "0" * 64, cache)
     assert info.value.hint and "nothing was kept" in info.value.hint
-    assert _leftovers(tmp_path) == []
+    assert _leftovers(cache) == []
 
 
-def test_interrupted_download_keeps_nothing_and_old_file_survives(tmp_path: Path, monkeypatch) -> None:
-    _serve(monkeypatch, reset_after=download.CHUNK_SIZE)
-    dest = tmp_path / "file.bin"
-    dest.write_bytes(b"previous good copy")
+def test_interrupted_download_keeps_nothing_and_other_blobs_survive(cache, fake_http) -> None:
+    fake_http.serve(URL, BODY, fail_after=MIB)
+    previous = cache.put_bytes(b"previous good copy")
     with pytest.raises(SourceError, match="failed after 1048576 bytes"):
-        download_verified(URL, dest, SHA)
-    assert _leftovers(tmp_path) == ["file.bin"]
-    assert dest.read_bytes() == b"previous good copy"
+        sources.download(URL, SHA, cache)
+    assert _leftovers(cache) == [previous]
+    assert cache.get(previous) == b"previous good copy"
 
 
-def test_truncated_download(tmp_path: Path, monkeypatch) -> None:
-    _serve(monkeypatch, length=len(BODY) + 10)
-    with pytest.raises(SourceError, match="truncated"):
-        download_verified(URL, tmp_path / "file.bin", SHA)
-    assert _leftovers(tmp_path) == []
+def test_truncated_download(cache, fake_http) -> None:
+    fake_http.serve(URL, BODY, length=len(BODY) + 10)
+    with pytest.raises(SourceError, match="truncated") as info:
+        sources.download(URL, SHA, cache)
+    assert "nothing was kept" in info.value.hint
+    assert _leftovers(cache) == []
 
 
-def test_unreachable(tmp_path: Path, monkeypatch) -> None:
-    _serve(monkeypatch, missing=True)
-    with pytest.raises(SourceError, match="no route to host"):
-        download_verified(URL, tmp_path / "file.bin", SHA)
-    assert _leftovers(tmp_path) == []
+def test_unreachable(cache, fake_http) -> None:
+    with pytest.raises(SourceError, match="no route to") as info:
+        sources.download(URL, SHA, cache)
+    assert SHA in info.value.hint and "--sources DIR" in info.value.hint
+    assert _leftovers(cache) == []
 
 
-def test_progress_interrupt_keeps_nothing(tmp_path: Path, monkeypatch) -> None:
-    _serve(monkeypatch)
+def test_remedy_names_the_callers_way_around(cache, fake_http) -> None:
+    with pytest.raises(SourceError) as info:
+        sources.download(URL, SHA, cache, remedy="pass --stock-wheel FILE")
+    assert "pass --stock-wheel FILE" in info.value.hint and "--sources" not in info.value.hint
 
-    def stop(done, total):
+
+def test_progress_interrupt_keeps_nothing(cache, fake_http) -> None:
+    fake_http.serve(URL, BODY)
+
+    def stop(event, done, total):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        download_verified(URL, tmp_path / "file.bin", SHA, progress=stop)
-    assert _leftovers(tmp_path) == []
+        sources.download(URL, SHA, cache, progress=stop)
+    assert _leftovers(cache) == []
 
 
-def test_disk_full_keeps_nothing(tmp_path: Path, monkeypatch) -> None:
-    _serve(monkeypatch)
-    real_fdopen = os.fdopen
+def test_disk_full_keeps_nothing(cache, fake_http, monkeypatch) -> None:
+    fake_http.serve(URL, BODY)
 
-    class FullDisk:
-        def __init__(self, fh):
-            self.fh = fh
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        def write(self, data):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.fh.close()
-
-    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    monkeypatch.setattr(sources, "_write_all", full)
     with pytest.raises(SourceError, match="No space left on device") as info:
-        download_verified(URL, tmp_path / "file.bin", SHA)
+        sources.download(URL, SHA, cache)
     assert "free disk space" in info.value.hint
-    assert _leftovers(tmp_path) == []
+    assert _leftovers(cache) == []
+
+
+def test_unwritable_cache_is_a_source_error(tmp_path, fake_http) -> None:
+    fake_http.serve(URL, BODY)
+    (tmp_path / "file").write_bytes(b"")
+    cache = sources.Cache(tmp_path / "file")  # a file where the cache folder should be
+    with pytest.raises(SourceError, match="cannot write into the cache folder") as info:
+        sources.download(URL, SHA, cache)
+    assert sources.CACHE_ENV in info.value.hint

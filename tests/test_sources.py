@@ -381,6 +381,41 @@ def test_html_index_is_understood(tmp_path, cache, fake_http):
     assert sources.release_provenance(commit)["Sdist-SHA256"] == sha(sdist)
 
 
+@pytest.mark.parametrize("html", [False, True])
+def test_index_lists_sdists_and_wheels_from_json_or_html(fake_http, html):
+    wheel = "vllm-1.2.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    rows = [
+        ("vllm-1.2.0.tar.gz", "a" * 64, ""),
+        (wheel, "B" * 64, ""),
+        ("vllm-1.1.0.tar.gz", "c" * 64, "yanked"),
+        ("other-1.0.0-py3-none-any.whl", "d" * 64, ""),
+        ("vllm-notaversion.tar.gz", "e" * 64, ""),
+    ]
+    if html:
+        links = "".join(
+            f'<a href="../../packages/{n}#sha256={h}"{" data-yanked" if y else ""}>{n}</a>' for n, h, y in rows
+        )
+        fake_http.serve(PAGE, f"<html><body>{links}</body></html>".encode(), "text/html")
+    else:
+        doc = {"files": [{"filename": n, "url": FILES + n, "hashes": {"sha256": h}, "yanked": bool(y)}
+                         for n, h, y in rows]}
+        fake_http.serve(PAGE, json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json")
+    files = sources.list_index_files(INDEX)
+    assert [(f.filename, f.sha256, str(f.version), f.is_wheel) for f in files] == [
+        ("vllm-1.2.0.tar.gz", "a" * 64, "1.2.0", False),
+        (wheel, "b" * 64, "1.2.0", True),
+    ]
+    base = "https://index.example.invalid/packages/" if html else FILES
+    assert files[1].url == base + wheel and files[1].index_url == INDEX
+
+
+def test_index_without_the_project_is_index_unreachable(fake_http):
+    fake_http.refuse(PAGE, 404)
+    with pytest.raises(sources.IndexUnreachable, match="answered 404") as exc:
+        sources.list_index_files(INDEX)
+    assert "<index>/vllm/" in exc.value.hint
+
+
 def test_version_not_on_the_index_lists_nearby_versions(tmp_path, cache, fake_http):
     serve_release(fake_http, make_sdist(), others=("1.0.0", "1.1.0", "1.3.0", "1.4.0", "2.0.0", "2.1.0"))
     repo = gitstore.open_or_init_repo(tmp_path / "r")

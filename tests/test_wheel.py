@@ -14,13 +14,11 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from vllm_compose import download
 from vllm_compose.artifacts import wheel as wheel_mod
 from vllm_compose.artifacts.editable import editable_install
 from vllm_compose.artifacts.wheel import (
@@ -34,6 +32,7 @@ from vllm_compose.artifacts.wheel import (
     verify_wheel,
 )
 from vllm_compose.errors import ComposeError, SourceError
+from vllm_compose.sources import Cache, seed_cache
 from vllm_compose.trees import DirTree, OverlayTree
 
 STOCK_NAME = "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
@@ -370,26 +369,11 @@ def test_rewrite_version_file_requires_version_line() -> None:
 # --- fetching the stock wheel from an index --------------------------------------------------------------------
 
 INDEX = "https://pypi.example.invalid/simple/"
+WHEEL_URL = "https://pypi.example.invalid/files/x86.whl"
 
 
-class _Index:
-    """Canned index answers for `download.http_get`."""
-
-    def __init__(self, routes: dict[str, tuple[bytes, str]]) -> None:
-        self.routes = routes
-        self.asked: list[str] = []
-
-    def __call__(self, url, headers=None, timeout=None):
-        self.asked.append(url)
-        if url not in self.routes:
-            raise urllib.error.HTTPError(url, 404, "Not Found", {}, None)
-        body, ctype = self.routes[url]
-        response = io.BytesIO(body)
-        response.headers = {"Content-Type": ctype, "Content-Length": str(len(body))}
-        return response
-
-
-def _index(stock: Path, sha: str | None = None, html: bool = False) -> _Index:
+def serve_index(fake_http, stock: Path, sha: str | None = None, html: bool = False) -> None:
+    """An index page listing the stock wheel (plus an aarch64 wheel and the sdist) and the wheel's bytes."""
     body = stock.read_bytes()
     digest = sha or hashlib.sha256(body).hexdigest()
     files = [
@@ -405,58 +389,79 @@ def _index(stock: Path, sha: str | None = None, html: bool = False) -> _Index:
         links = "".join(
             f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}">{f["filename"]}</a><br/>' for f in files
         )
-        page = (f"<html><body>{links}</body></html>".encode(), "text/html")
+        fake_http.serve(INDEX + "vllm/", f"<html><body>{links}</body></html>".encode(), "text/html")
     else:
-        page = (
-            json.dumps({"meta": {"api-version": "1.1"}, "name": "vllm", "files": files}).encode(),
-            "application/vnd.pypi.simple.v1+json",
-        )
-    return _Index(
-        {INDEX + "vllm/": page, "https://pypi.example.invalid/files/x86.whl": (body, "application/zip")}
-    )
+        page = json.dumps({"meta": {"api-version": "1.1"}, "name": "vllm", "files": files}).encode()
+        fake_http.serve(INDEX + "vllm/", page, "application/vnd.pypi.simple.v1+json")
+    fake_http.serve(WHEEL_URL, body, "application/zip")
 
 
 @pytest.mark.parametrize("html", [False, True])
-def test_fetch_stock_wheel_and_cache(tmp_path: Path, monkeypatch, html: bool) -> None:
+def test_fetch_stock_wheel_and_cache(tmp_path: Path, cache: Cache, fake_http, html: bool) -> None:
     stock = make_stock_wheel(tmp_path / "stock")
-    index = _index(stock, html=html)
-    monkeypatch.setattr(download, "http_get", index)
-    cache = tmp_path / "cache"
-    got = fetch_stock_wheel("0.26.0", cache, index_url=INDEX)
-    assert got == cache / STOCK_NAME and got.read_bytes() == stock.read_bytes()
-    assert index.asked == [INDEX + "vllm/", "https://pypi.example.invalid/files/x86.whl"]
-    # second call: served from the cache, re-verified against the recorded digest, no network
-    monkeypatch.setattr(download, "http_get", _Index({}))
+    serve_index(fake_http, stock, html=html)
+    events = []
+    got = fetch_stock_wheel("0.26.0", cache, index_url=INDEX, progress=lambda *e: events.append(e))
+    assert got == cache.root / "wheels" / STOCK_NAME and got.read_bytes() == stock.read_bytes()
+    digest = hashlib.sha256(stock.read_bytes()).hexdigest()
+    assert os.path.samefile(got, cache.blob_path(digest))  # the content-addressed blob, under its own name
+    assert cache.lookup_name(STOCK_NAME) == (digest, INDEX)
+    assert fake_http.requests == [INDEX + "vllm/", WHEEL_URL]
+    assert events[-1] == (f"download {Path(WHEEL_URL).name}", stock.stat().st_size, stock.stat().st_size)
+    # second call: served from the cache (found by name, re-verified by content), no network, offline too
+    fake_http.routes.clear()
     assert fetch_stock_wheel("0.26.0", cache, index_url=INDEX) == got
+    assert fetch_stock_wheel("0.26.0", cache, offline=True) == got
+    assert fake_http.requests == [INDEX + "vllm/", WHEEL_URL]
 
 
-def test_fetch_refuses_hash_mismatch(tmp_path: Path, monkeypatch) -> None:
+def test_fetch_offline_uses_a_seeded_wheel_or_says_how_to_proceed(tmp_path: Path, cache: Cache, fake_http) -> None:
+    with pytest.raises(SourceError, match="offline") as info:
+        fetch_stock_wheel("0.26.0", cache, offline=True)
+    assert "--stock-wheel" in info.value.hint
     stock = make_stock_wheel(tmp_path / "stock")
-    monkeypatch.setattr(download, "http_get", _index(stock, sha="f" * 64))
+    seed_cache(stock.parent, cache)
+    got = fetch_stock_wheel("0.26.0", cache, offline=True)
+    assert got.name == STOCK_NAME and got.read_bytes() == stock.read_bytes()
+    assert fake_http.requests == []
+
+
+def test_fetch_refuses_hash_mismatch(tmp_path: Path, cache: Cache, fake_http) -> None:
+    stock = make_stock_wheel(tmp_path / "stock")
+    serve_index(fake_http, stock, sha="f" * 64)
     with pytest.raises(SourceError, match="sha256 mismatch"):
-        fetch_stock_wheel("0.26.0", tmp_path / "cache", index_url=INDEX)
-    assert list((tmp_path / "cache").iterdir()) == []
+        fetch_stock_wheel("0.26.0", cache, index_url=INDEX)
+    assert list(cache.blob_dir.iterdir()) == []
+    assert not (cache.root / "wheels").exists() and cache.known_names() == []
 
 
-def test_fetch_redownloads_a_damaged_cache_entry(tmp_path: Path, monkeypatch) -> None:
+def test_fetch_redownloads_a_damaged_cache_entry(tmp_path: Path, cache: Cache, fake_http) -> None:
     stock = make_stock_wheel(tmp_path / "stock")
-    index = _index(stock)
-    monkeypatch.setattr(download, "http_get", index)
-    cache = tmp_path / "cache"
+    serve_index(fake_http, stock)
     got = fetch_stock_wheel("0.26.0", cache, index_url=INDEX)
     got.write_bytes(b"bit rot")
     assert fetch_stock_wheel("0.26.0", cache, index_url=INDEX).read_bytes() == stock.read_bytes()
-    assert len(index.asked) == 4
+    assert len(fake_http.requests) == 4
 
 
-def test_fetch_unknown_version_or_project(tmp_path: Path, monkeypatch) -> None:
+def test_fetch_unknown_version_or_project(tmp_path: Path, cache: Cache, fake_http) -> None:
     stock = make_stock_wheel(tmp_path / "stock")
-    monkeypatch.setattr(download, "http_get", _index(stock))
+    serve_index(fake_http, stock)
     with pytest.raises(SourceError, match="no vllm 0.27.0 abi3 wheel"):
-        fetch_stock_wheel("0.27.0", tmp_path / "cache", index_url=INDEX)
-    monkeypatch.setattr(download, "http_get", _Index({}))
-    with pytest.raises(SourceError, match="answered 404"):
-        fetch_stock_wheel("0.26.0", tmp_path / "cache", index_url=INDEX)
+        fetch_stock_wheel("0.27.0", cache, index_url=INDEX)
+    fake_http.routes.clear()
+    fake_http.refuse(INDEX + "vllm/", 404)
+    with pytest.raises(SourceError, match="answered 404") as info:
+        fetch_stock_wheel("0.26.0", cache, index_url=INDEX)
+    assert "--stock-wheel" in info.value.hint
+
+
+def test_fetch_refuses_a_wheel_without_a_digest(tmp_path: Path, cache: Cache, fake_http) -> None:
+    page = f'<a href="../../files/x86.whl">{STOCK_NAME}</a>'.encode()
+    fake_http.serve(INDEX + "vllm/", page, "text/html")
+    with pytest.raises(SourceError, match="no sha256"):
+        fetch_stock_wheel("0.26.0", cache, index_url=INDEX)
+    assert fake_http.requests == [INDEX + "vllm/"]
 
 
 # --- the real stock wheel (measurement; skipped unless cached) --------------------------------------------------

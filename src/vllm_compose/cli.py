@@ -108,9 +108,10 @@ def _artifact_parsers(sub) -> None:
     def stock_args(x) -> None:
         x.add_argument("--stock-wheel", type=Path, metavar="FILE", help="the stock vLLM wheel of the release "
                        "(default: fetched from the index into the wheel cache)")
-        x.add_argument("--wheel-cache", type=Path, metavar="DIR", help="where stock wheels are cached "
-                       "(default: <cache>/wheels)")
-        x.add_argument("--index-url", help="package index for the stock wheel (default: PyPI)")
+        x.add_argument("--wheel-cache", type=Path, metavar="DIR", help="cache folder for the stock wheel, which "
+                       "appears as DIR/wheels/<name> (default: $VLLM_COMPOSE_CACHE or XDG)")
+        x.add_argument("--index-url", help="package index for the stock wheel (default: the one pip uses)")
+        x.add_argument("--offline", action="store_true", help="use only the stock wheel already in the cache")
 
     w = sub.add_parser("wheel", help="build the overlay wheel of a compose branch (no compiling)")
     branch_args(w)
@@ -287,12 +288,12 @@ def _validate(args) -> int:
 def _stock_wheel(args, version: str, progress=None) -> Path:
     """`--stock-wheel`, or the release's stock wheel from the wheel cache (downloaded, sha256-checked, when absent)."""
     from .artifacts.wheel import fetch_stock_wheel
-    from .sources import default_cache_root
+    from .sources import Cache
 
     if args.stock_wheel:
         return args.stock_wheel
-    cache_dir = args.wheel_cache or default_cache_root() / "wheels"
-    return fetch_stock_wheel(version, cache_dir, index_url=args.index_url, progress=progress)
+    cache = Cache(args.wheel_cache) if args.wheel_cache else Cache()
+    return fetch_stock_wheel(version, cache, index_url=args.index_url, progress=progress, offline=args.offline)
 
 
 def _wheel(args) -> int:

@@ -13,11 +13,16 @@ Downloads land in the cache (`$VLLM_COMPOSE_CACHE`, else the platform's user cac
 atomically and re-verified on every read; `seed_cache(DIR)` adds local files (`--sources DIR`) for offline use. When
 something cannot be obtained the `SourceError` names the object, the expected sha256 and how to provide it.
 
+This module is the package's one network layer: every request goes through `_http_get` (tests replace it), every
+file through `download` into the cache, and every package-index page through `list_index_files` (PEP 691 JSON, PEP
+503 HTML as a fallback), which lists sdists and wheels alike — the stock wheel (`artifacts.wheel`) comes this way too.
+
 Library code never prints: long steps report through an optional `progress(event, done, total)` callback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import html.parser
@@ -26,6 +31,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -40,6 +46,7 @@ from pathlib import Path
 
 import platformdirs
 import pygit2
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from . import gitstore
@@ -137,8 +144,15 @@ class Cache:
         return self.get_path(sha256) is not None
 
     def _tempfile(self) -> tuple[int, Path]:
-        self.blob_dir.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=self.blob_dir, prefix=".incoming-")
+        try:
+            self.blob_dir.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=self.blob_dir, prefix=".incoming-")
+        except OSError as exc:
+            raise SourceError(
+                f"cannot write into the cache folder {self.blob_dir}: {exc.strerror or exc}",
+                file=str(self.blob_dir),
+                hint=f"check that it is writable and has free space, or point ${CACHE_ENV} elsewhere",
+            ) from exc
         return fd, Path(name)
 
     def _commit(self, fd: int, tmp: Path, sha256: str) -> Path:
@@ -170,37 +184,58 @@ class Cache:
         expected_sha256: str | None = None,
         progress: Throttled | None = None,
         what: str = "stream",
+        expected_size: int | None = None,
     ) -> tuple[str, Path]:
         """Copy `read(n)` chunks into the cache, hashing on the way; returns (sha256, path).
 
-        With `expected_sha256`, a mismatch raises `SourceError` and nothing is stored. Any exception while
-        reading (a dropped connection) removes the partial file: the cache never holds half a file.
+        With `expected_size` (a server's Content-Length) fewer bytes are a truncation, and with `expected_sha256`
+        other bytes a mismatch: both raise `SourceError` and store nothing. So does a full disk; any exception
+        while reading (a dropped connection, an interrupt) removes the partial file: the cache never holds half a
+        file.
         """
         fd, tmp = self._tempfile()
         digest = hashlib.sha256()
         done = 0
         try:
-            while True:
-                chunk = read(_CHUNK)
-                if not chunk:
-                    break
+            while chunk := read(_CHUNK):
                 digest.update(chunk)
-                _write_all(fd, chunk)
+                try:
+                    _write_all(fd, chunk)
+                except OSError as exc:
+                    raise SourceError(
+                        f"writing {what} into the cache failed after {done} bytes: {exc.strerror or exc}",
+                        file=str(self.blob_dir),
+                        hint=f"free disk space in the cache folder (or point ${CACHE_ENV} elsewhere) and run "
+                        "again; nothing was kept",
+                    ) from exc
                 done += len(chunk)
                 if progress:
                     progress(done)
+            if expected_size is not None and done != expected_size:
+                raise SourceError(
+                    f"{what} was truncated: got {done} of {expected_size} bytes; it was not stored",
+                    hint="run the command again; nothing was kept",
+                )
             actual = digest.hexdigest()
             if expected_sha256 is not None and actual != expected_sha256:
                 raise SourceError(
-                    f"{what} has sha256 {actual}, expected {expected_sha256}; it was not stored",
-                    hint="the server sent other bytes than the pinned ones: check the URL and the pinned sha256",
+                    f"sha256 mismatch for {what}: expected {expected_sha256}, got {actual}; it was not stored",
+                    hint="the server (or a proxy) sent other bytes than the pinned ones; nothing was kept: check "
+                    "the URL and the pinned sha256, then retry",
                 )
             if progress:
                 progress(done, final=True)
-            if self.blob_path(actual).is_file() and self.get_path(actual) is not None:
+            if self.get_path(actual) is not None:
                 _discard(fd, tmp)
                 return actual, self.blob_path(actual)
-            return actual, self._commit(fd, tmp, actual)
+            try:
+                return actual, self._commit(fd, tmp, actual)
+            except OSError as exc:
+                raise SourceError(
+                    f"cannot store {what} in the cache at {self.blob_path(actual)}: {exc.strerror or exc}",
+                    file=str(self.blob_dir),
+                    hint="check permissions and free space in the cache folder; nothing was kept",
+                ) from exc
         except BaseException:
             _discard(fd, tmp)
             raise
@@ -234,6 +269,41 @@ class Cache:
             return doc["sha256"], doc["origin"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def known_names(self) -> list[str]:
+        """Every file name the name index holds, sorted (a cached wheel is found by its name's tags)."""
+        names = self.root / "names"
+        return sorted(p.name for p in names.iterdir() if not p.name.startswith(".")) if names.is_dir() else []
+
+    def named_path(self, sha256: str, filename: str, folder: str) -> Path:
+        """The blob `sha256` (present: the caller just verified it) under its own name, `<root>/<folder>/<filename>`.
+
+        For readers that need the name as well as the bytes: pip and the wheel tools read a wheel's tags from its
+        file name. The file is a hard link to the blob (a copy where the filesystem has none), made anew, atomically,
+        whenever it is not the blob any more.
+        """
+        blob = self.blob_path(sha256)
+        view = self.root / folder / _safe_name(filename)
+        with contextlib.suppress(OSError):
+            if os.path.samefile(view, blob):
+                return view
+        tmp = view.with_name(f".incoming-{os.getpid()}-{view.name}")
+        try:
+            view.parent.mkdir(parents=True, exist_ok=True)
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(blob, tmp)
+            except OSError:
+                shutil.copyfile(blob, tmp)
+            os.replace(tmp, view)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise SourceError(
+                f"cannot place {filename} at {view}: {exc.strerror or exc}",
+                file=str(view),
+                hint="check permissions and free space in the cache folder",
+            ) from exc
+        return view
 
 
 def _safe_name(filename: str) -> str:
@@ -289,7 +359,7 @@ def _http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 
     return urllib.request.urlopen(request, timeout=timeout)
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL without user:password, for messages and provenance."""
     parts = urllib.parse.urlsplit(url)
     if parts.username or parts.password:
@@ -314,29 +384,47 @@ def download(
     cache: Cache,
     progress: ProgressCallback | None = None,
     what: str | None = None,
+    remedy: str | None = None,
 ) -> Path:
     """The cached, verified blob for `sha256`, downloading it from `url` when absent.
 
-    Raises `SourceError` when the server cannot be reached or sends other bytes; nothing partial is kept.
+    Raises `SourceError` when the server cannot be reached, the transfer breaks off or is truncated, or the
+    bytes are not the pinned ones; nothing partial is kept. `remedy` says how to get the file without this
+    download (default: by hand, into a folder passed with --sources DIR).
     """
     path = cache.get_path(sha256)
     if path is not None:
         return path
-    what = what or _redact(url)
+    what = what or redact_url(url)
+    remedy = remedy or f"download it by hand (sha256 {sha256}) into a folder and pass --sources DIR"
     event = f"download {posixpath.basename(urllib.parse.urlsplit(url).path) or what}"
+    done = 0
+
+    def failed(exc: BaseException) -> SourceError:
+        after = f"failed after {done} bytes: " if done else ""
+        return SourceError(
+            f"cannot download {what}: {after}{_describe_network_error(exc)}",
+            hint=f"retry when the network is back, or {remedy}; nothing was kept",
+        )
+
     try:
-        with _http_get(url) as response:
-            total = response.headers.get("Content-Length") if response.headers else None
-            meter = Throttled(progress, event, int(total) if total and total.isdigit() else None)
-            _, path = cache.put_stream(response.read, sha256, meter, what=what)
-    except SourceError:
-        raise
+        response = _http_get(url)
     except _NETWORK_ERRORS as exc:
-        raise SourceError(
-            f"cannot download {what}: {_describe_network_error(exc)}",
-            hint=f"retry when the network is back, or download it by hand (sha256 {sha256}) "
-            "into a folder and pass --sources DIR",
-        ) from None
+        raise failed(exc) from None
+    with response:
+
+        def read(n: int) -> bytes:
+            nonlocal done
+            try:
+                chunk = response.read(n)
+            except _NETWORK_ERRORS as exc:
+                raise failed(exc) from None
+            done += len(chunk)
+            return chunk
+
+        total = response.headers.get("Content-Length") if response.headers else None
+        size = int(total) if total and total.isdigit() else None
+        _, path = cache.put_stream(read, sha256, Throttled(progress, event, size), what=what, expected_size=size)
     return path
 
 
@@ -574,47 +662,67 @@ def pip_index_url() -> str:
     return DEFAULT_INDEX_URL
 
 
-class _IndexUnreachable(SourceError):
-    """The index could not be asked (network down); a seeded sdist may still do."""
+class IndexUnreachable(SourceError):
+    """The index page could not be read (network down, no page for the project); a cached file may still do."""
 
 
 @dataclass(frozen=True)
-class SdistInfo:
-    """One sdist file as an index lists it."""
+class IndexFile:
+    """One release file of a project, an sdist or a wheel, as a package index lists it."""
 
     filename: str
+    #: absolute URL of the file
     url: str
+    #: lower-case hex digest the index publishes; "" when it publishes none
     sha256: str
     version: Version
+    #: the index it is listed on, without credentials: provenance for imports and the cache's name index
     index_url: str
     size: int | None = None
 
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+
+#: PEP 691 JSON first; PEP 503 HTML from indexes that serve nothing else (plain mirrors, `python -m http.server`)
+_INDEX_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+
 
 class _LinkParser(html.parser.HTMLParser):
-    """The anchors of a PEP 503 (HTML) simple-index page."""
+    """The anchors of a PEP 503 (HTML) simple-index page: (text, href, yanked)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
+        self.links: list[tuple[str, str, bool]] = []
+        self._attrs: dict[str, str | None] | None = None
         self._text: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         if tag == "a":
-            self._href = dict(attrs).get("href")
+            self._attrs = dict(attrs)
             self._text = []
 
     def handle_data(self, data):
-        if self._href is not None:
+        if self._attrs is not None:
             self._text.append(data)
 
     def handle_endtag(self, tag):
-        if tag == "a" and self._href is not None:
-            self.links.append(("".join(self._text).strip(), self._href))
-            self._href = None
+        if tag == "a" and self._attrs is not None:
+            href = self._attrs.get("href")
+            if href:
+                self.links.append(("".join(self._text).strip(), href, "data-yanked" in self._attrs))
+            self._attrs = None
 
 
-def _sdist_version(filename: str, project: str = PROJECT) -> Version | None:
+def _file_version(filename: str, project: str = PROJECT) -> Version | None:
+    """The version of `project`'s sdist or wheel `filename`; None for any other file."""
+    if filename.endswith(".whl"):
+        try:
+            name, version, _build, _tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            return None
+        return version if name == canonicalize_name(project) else None
     m = re.fullmatch(rf"{re.escape(project)}-(.+)\.tar\.gz", filename)
     if not m:
         return None
@@ -624,64 +732,78 @@ def _sdist_version(filename: str, project: str = PROJECT) -> Version | None:
         return None
 
 
-def list_sdists(index_url: str, project: str = PROJECT) -> list[SdistInfo]:
-    """The sdists the index lists for `project` (PEP 691 JSON, or PEP 503 HTML when the index has no JSON).
+def _json_rows(body: bytes, page: str) -> list[tuple[str, str, str | None, int | None]]:
+    try:
+        return [
+            (f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), f.get("size"))
+            for f in json.loads(body).get("files", [])
+            if not f.get("yanked")
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SourceError(
+            f"the package index {redact_url(page)} sent an unreadable answer ({exc})",
+            hint="check the index URL pip is configured with (pip config get global.index-url)",
+        ) from None
 
-    Raises `SourceError` when the index cannot be reached.
+
+def _html_rows(body: bytes) -> list[tuple[str, str, str | None, int | None]]:
+    parser = _LinkParser()
+    parser.feed(body.decode("utf-8", "replace"))
+    rows = []
+    for text, href, yanked in parser.links:
+        if yanked:
+            continue
+        url, _, fragment = href.partition("#")
+        sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
+        rows.append((text or posixpath.basename(urllib.parse.urlsplit(url).path), url, sha, None))
+    return rows
+
+
+def list_index_files(index_url: str, project: str = PROJECT) -> list[IndexFile]:
+    """The sdists and wheels the index lists for `project`, yanked files left out.
+
+    Reads the PEP 691 JSON page, or the PEP 503 HTML page (digest in the link's `#sha256=` fragment) from an index
+    that has no JSON. Files that are no sdist or wheel of `project` are skipped. Raises `IndexUnreachable` when the
+    page cannot be read, `SourceError` when it cannot be understood.
     """
     page = index_url.rstrip("/") + f"/{project}/"
     try:
-        with _http_get(page, {"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}) as response:
+        with _http_get(page, {"Accept": _INDEX_ACCEPT}) as response:
             body = response.read()
             ctype = (response.headers.get("Content-Type") or "") if response.headers else ""
             final_url = response.geturl() if hasattr(response, "geturl") else page
-    except _NETWORK_ERRORS as exc:
-        raise _IndexUnreachable(
-            f"cannot read the package index {_redact(page)}: {_describe_network_error(exc)}",
-            hint="retry when the network is back, or download vllm-X.Y.Z.tar.gz by hand and pass --sources DIR",
+    except urllib.error.HTTPError as exc:
+        raise IndexUnreachable(
+            f"the package index answered {exc.code} {exc.reason} for {redact_url(page)}",
+            hint=f"check the index URL (PIP_INDEX_URL, pip config get global.index-url): the project page must "
+            f"exist at <index>/{project}/",
         ) from None
-    files: list[tuple[str, str, str | None, int | None]] = []
-    if "json" in ctype or body.lstrip().startswith(b"{"):
-        try:
-            doc = json.loads(body)
-            for f in doc.get("files", []):
-                if f.get("yanked"):
-                    continue
-                files.append((f["filename"], f["url"], (f.get("hashes") or {}).get("sha256"), f.get("size")))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise SourceError(
-                f"the package index {_redact(page)} sent an unreadable answer ({exc})",
-                hint="check the index URL pip is configured with (pip config get global.index-url)",
-            ) from None
-    else:
-        parser = _LinkParser()
-        parser.feed(body.decode("utf-8", "replace"))
-        for text, href in parser.links:
-            url, _, fragment = href.partition("#")
-            sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
-            name = text or posixpath.basename(urllib.parse.urlsplit(url).path)
-            files.append((name, url, sha, None))
+    except _NETWORK_ERRORS as exc:
+        raise IndexUnreachable(
+            f"cannot read the package index {redact_url(page)}: {_describe_network_error(exc)}",
+            hint="retry when the network is back",
+        ) from None
+    is_json = "json" in ctype or body.lstrip().startswith(b"{")
     out = []
-    for filename, url, sha, size in files:
-        version = _sdist_version(filename, project)
-        if version is None:
-            continue
-        out.append(
-            SdistInfo(
-                filename,
-                urllib.parse.urljoin(final_url, url),
-                (sha or "").lower(),
-                version,
-                _redact(index_url),
-                size,
+    for filename, url, sha, size in _json_rows(body, page) if is_json else _html_rows(body):
+        version = _file_version(filename, project)
+        if version is not None:
+            out.append(
+                IndexFile(
+                    filename,
+                    urllib.parse.urljoin(final_url, url),
+                    (sha or "").lower(),
+                    version,
+                    redact_url(index_url),
+                    size,
+                )
             )
-        )
     return out
 
 
-def find_sdist(version: Version, index_url: str, project: str = PROJECT) -> SdistInfo:
+def find_sdist(version: Version, index_url: str, project: str = PROJECT) -> IndexFile:
     """The index's sdist for `version`; a version it does not list is a `SourceError` naming nearby versions."""
-    sdists = list_sdists(index_url, project)
+    sdists = [f for f in list_index_files(index_url, project) if not f.is_wheel]
     for info in sdists:
         if info.version == version:
             if not re.fullmatch(r"[0-9a-f]{64}", info.sha256):
@@ -696,7 +818,7 @@ def find_sdist(version: Version, index_url: str, project: str = PROJECT) -> Sdis
     above = [str(v) for v in available if v > version][:3]
     nearby = ", ".join(below + above) or "none"
     raise SourceError(
-        f"vLLM {version} has no sdist on {_redact(index_url)} (nearby releases: {nearby})",
+        f"vLLM {version} has no sdist on {redact_url(index_url)} (nearby releases: {nearby})",
         tag=tag_of_version(version),
         hint="pick a released version (e.g. --onto v" + (above or below or ["0.26.0"])[0] + ")",
     )
@@ -730,17 +852,17 @@ def ensure_release(
                 return commit
     cache = cache or Cache()
     filename = f"{PROJECT}-{version}.tar.gz"
-    info: SdistInfo | None = None
+    info: IndexFile | None = None
     network_error: SourceError | None = None
     if not offline:
         index_url = index_url or pip_index_url()
         try:
             info = find_sdist(version, index_url)
-        except _IndexUnreachable as exc:
+        except IndexUnreachable as exc:
             network_error = exc
     if info is not None:
         path = download(
-            info.url, info.sha256, cache, progress, what=f"{info.filename} from {_redact(info.url)}"
+            info.url, info.sha256, cache, progress, what=f"{info.filename} from {redact_url(info.url)}"
         )
         cache.remember_name(info.filename, info.sha256, info.index_url)
         origin = info.index_url

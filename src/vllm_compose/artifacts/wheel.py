@@ -9,8 +9,9 @@ and `vllm/_version.py` carry the new version `X.Y.Z+<local label>`. Everything e
 The new wheel is written to a temporary file in the output directory and renamed into place at the end, so a full
 disk or an interrupted build leaves no half-written wheel.
 
-`fetch_stock_wheel` downloads the stock wheel from a PEP 691 (JSON) or PEP 503 (HTML) index, verifying the index's
-sha256, into a cache; `verify_wheel` re-checks every `RECORD` hash of a wheel.
+`fetch_stock_wheel` finds the stock wheel on the package index and downloads it, verified against the index's sha256,
+into the content-addressed cache shared with sources (`sources.list_index_files`, `sources.download`);
+`verify_wheel` re-checks every `RECORD` hash of a wheel.
 """
 
 from __future__ import annotations
@@ -20,16 +21,11 @@ import contextlib
 import copy
 import csv
 import hashlib
-import html.parser
-import http.client
 import io
-import json
 import os
 import re
 import struct
 import tempfile
-import urllib.error
-import urllib.parse
 import zipfile
 import zlib
 from collections.abc import Iterable
@@ -40,9 +36,9 @@ from typing import BinaryIO
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .. import download as _download
-from ..download import Progress, download_verified, sha256_file
 from ..errors import ComposeError, SourceError
+from ..progress import ProgressCallback
+from ..sources import Cache, IndexUnreachable, download, list_index_files, pip_index_url, redact_url
 from ..trees import FileTree
 
 #: the importable package the wheel ships; source-tree paths under it map 1:1 to wheel members
@@ -57,7 +53,8 @@ SOURCE_BUILD_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp
 
 #: the stock wheel picked from the index when several platforms are offered
 DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
-DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+#: the cache folder where the stock wheel appears under its own file name (the bytes live in `<cache>/sha256/`)
+WHEEL_FOLDER = "wheels"
 
 #: bytes per read when streaming members
 CHUNK_SIZE = 1 << 20
@@ -450,52 +447,71 @@ def verify_wheel(path: Path) -> int:
 
 def fetch_stock_wheel(
     version: str,
-    cache_dir: Path,
+    cache: Cache | None = None,
     index_url: str | None = None,
     platform: str = DEFAULT_PLATFORM,
-    progress: Progress | None = None,
-    timeout: float = 60,
+    progress: ProgressCallback | None = None,
+    *,
+    offline: bool = False,
 ) -> Path:
     """The stock `vllm-<version>` abi3 wheel for `platform`, from the cache or downloaded from the index.
 
-    The index (PEP 691 JSON, or PEP 503 HTML as a fallback) must publish a sha256 for the file; the download is
-    verified against it and cached as `<cache_dir>/<wheel file name>` with the digest beside it (`.sha256`), so a
-    cached wheel is re-verified without the network.
+    The wheel goes through the same content-addressed cache as every download (`<cache>/sha256/<hex>`, verified
+    on every read) and its file name into the cache's name index, so a later run finds it without asking the
+    index, offline too (a wheel added with `--sources DIR` counts). The index (default: the one pip uses; PEP 691
+    JSON, PEP 503 HTML as a fallback) must publish a sha256 for the file. The returned path is
+    `<cache>/wheels/<wheel file name>`, the blob under its own name: pip and `build_overlay_wheel` read the wheel's
+    tags from it.
     """
-    cache_dir = Path(cache_dir)
-    cached = _cached_wheel(cache_dir, version, platform)
+    cache = cache if cache is not None else Cache()
+    cached = _cached_wheel(cache, version, platform)
     if cached is not None:
         return cached
-    index = (index_url or DEFAULT_INDEX_URL).rstrip("/") + "/"
-    project_url = urllib.parse.urljoin(index, "vllm/")
-    files = _index_files(project_url, timeout)
-    filename, url, sha256 = _pick_wheel(files, version, platform, project_url)
-    dest = cache_dir / filename
-    download_verified(url, dest, sha256, progress=progress, timeout=timeout)
-    try:
-        (cache_dir / (filename + ".sha256")).write_text(sha256 + "\n")
-    except OSError as exc:
+    if offline:
         raise SourceError(
-            f"cannot record the digest of {filename} in {cache_dir}: {exc.strerror or exc}",
-            file=str(dest),
-            hint="check that the cache directory is writable and has free space",
-        ) from exc
-    return dest
+            f"no vllm {version} abi3 wheel for {platform} is in the cache {cache.root} (offline)",
+            hint="retry without --offline, or pass the wheel with --stock-wheel FILE",
+        )
+    index_url = index_url or pip_index_url()
+    try:
+        wheels = {f.filename: f for f in list_index_files(index_url) if f.is_wheel}
+    except IndexUnreachable as exc:
+        raise SourceError(
+            exc.message, hint=f"{exc.hint}; or download the wheel by hand and pass --stock-wheel FILE"
+        ) from None
+    chosen = _choose_wheel(list(wheels), version, platform)
+    if chosen is None:
+        raise SourceError(
+            f"no vllm {version} abi3 wheel for {platform} on the index {redact_url(index_url)}",
+            hint="check the version and the index URL (the stock wheel comes from PyPI or a mirror of it)",
+        )
+    info = wheels[chosen]
+    if not re.fullmatch(r"[0-9a-f]{64}", info.sha256):
+        raise SourceError(
+            f"the index publishes no sha256 for {info.filename}; refusing an unverifiable download",
+            hint="use an index that publishes hashes (PyPI does), or pass the wheel with --stock-wheel FILE",
+        )
+    download(
+        info.url,
+        info.sha256,
+        cache,
+        progress,
+        what=f"{info.filename} from {redact_url(info.url)}",
+        remedy=f"download it by hand (sha256 {info.sha256}) and pass --stock-wheel FILE",
+    )
+    cache.remember_name(info.filename, info.sha256, info.index_url)
+    return cache.named_path(info.sha256, info.filename, WHEEL_FOLDER)
 
 
-def _cached_wheel(cache_dir: Path, version: str, platform: str) -> Path | None:
-    if not cache_dir.is_dir():
-        return None
-    for sidecar in sorted(cache_dir.glob(f"vllm-{version}-*.whl.sha256")):
-        wheel = sidecar.with_suffix("")
-        if not wheel.is_file() or not _wheel_matches(wheel.name, version, platform):
-            continue
-        expected = sidecar.read_text().strip().lower()
-        if sha256_file(wheel) == expected:
-            return wheel
-        # a cached file that no longer matches its recorded digest is worthless: fetch it again
-        wheel.unlink()
-        sidecar.unlink()
+def _cached_wheel(cache: Cache, version: str, platform: str) -> Path | None:
+    """The wheel `_choose_wheel` picks among those the cache's name index knows, verified; None when none is."""
+    names = [n for n in cache.known_names() if n.endswith(".whl")]
+    while (chosen := _choose_wheel(names, version, platform)) is not None:
+        known = cache.lookup_name(chosen)
+        # a blob that no longer matches its digest was removed by get_path: fetch it again
+        if known is not None and cache.get_path(known[0]) is not None:
+            return cache.named_path(known[0], chosen, WHEEL_FOLDER)
+        names.remove(chosen)
     return None
 
 
@@ -515,89 +531,16 @@ def _wheel_matches(filename: str, version: str, platform: str | None, arch: str 
     )
 
 
-def _pick_wheel(files: list[dict], version: str, platform: str, project_url: str) -> tuple[str, str, str]:
-    """Choose the abi3 wheel for `platform` (or, failing that, an abi3 manylinux wheel of the same architecture)."""
+def _choose_wheel(filenames: list[str], version: str, platform: str) -> str | None:
+    """The abi3 wheel for `platform`, or failing that an abi3 manylinux wheel of the same architecture."""
     arch = "x86_64" if platform.endswith("x86_64") else platform.rsplit("_", 1)[-1]
-    candidates = [f for f in files if _wheel_matches(f["filename"], version, platform)]
-    if not candidates:
-        candidates = [f for f in files if _wheel_matches(f["filename"], version, None, arch)]
-    if not candidates:
-        raise SourceError(
-            f"no vllm {version} abi3 wheel for {platform} on the index {project_url}",
-            hint="check the version and the index URL (the stock wheel comes from PyPI or a mirror of it)",
+    for exact in (True, False):
+        candidates = sorted(
+            f for f in filenames if _wheel_matches(f, version, platform if exact else None, None if exact else arch)
         )
-    chosen = sorted(candidates, key=lambda f: f["filename"])[0]
-    sha256 = (chosen.get("hashes") or {}).get("sha256")
-    if not sha256:
-        raise SourceError(
-            f"the index publishes no sha256 for {chosen['filename']}; refusing an unverifiable download",
-            hint="use an index that publishes hashes (PyPI does)",
-        )
-    return chosen["filename"], urllib.parse.urljoin(project_url, chosen["url"]), sha256
-
-
-def _index_files(project_url: str, timeout: float) -> list[dict]:
-    """The project's files as PEP 691 dicts (`filename`, `url`, `hashes`), from a JSON or an HTML index page."""
-    accept = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-    try:
-        with _download.http_get(project_url, headers={"Accept": accept}, timeout=timeout) as response:
-            content_type = response.headers.get("Content-Type", "")
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        raise SourceError(
-            f"the index answered {exc.code} for {project_url}",
-            hint="check the index URL; the project page must exist at <index>/vllm/",
-        ) from exc
-    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
-        raise SourceError(
-            f"cannot reach the index at {project_url}: {getattr(exc, 'reason', exc)}",
-            hint="check the network or the configured index URL",
-        ) from exc
-    if "json" in content_type or body.lstrip().startswith(b"{"):
-        try:
-            return list(json.loads(body)["files"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SourceError(
-                f"the index page {project_url} is not valid PEP 691 JSON", hint="check the index URL"
-            ) from exc
-    return _SimpleHtmlLinks.parse(body.decode("utf-8", "replace"))
-
-
-class _SimpleHtmlLinks(html.parser.HTMLParser):
-    """Anchors of a PEP 503 page as PEP 691-shaped dicts (the digest is in the URL fragment)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.files: list[dict] = []
-        self._href: str | None = None
-        self._text: list[str] = []
-
-    @classmethod
-    def parse(cls, text: str) -> list[dict]:
-        parser = cls()
-        parser.feed(text)
-        return parser.files
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-            self._text = []
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag != "a" or self._href is None:
-            return
-        url, _, fragment = self._href.partition("#")
-        hashes = {}
-        if "=" in fragment:
-            algo, _, value = fragment.partition("=")
-            hashes[algo] = value
-        filename = "".join(self._text).strip() or url.rsplit("/", 1)[-1]
-        self.files.append({"filename": filename, "url": url, "hashes": hashes})
-        self._href = None
+        if candidates:
+            return candidates[0]
+    return None
 
 
 def split_wheel_name(path: Path) -> tuple[str, str, str]:
