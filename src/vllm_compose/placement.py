@@ -624,6 +624,7 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
 
 #: the head that names what a line is about: an assigned, annotated or called name (``x =``, ``self.y[i] +=``,
 #: ``name:``, ``call(``), a keyword argument, a def/class name
+_DEF_LINE = re.compile(r"\s*(?:async\s+)?(?:def|class)\s")
 _IDENTITY = re.compile(r"\s*(?:(?:async\s+)?(def|class)\s+(\w+)|(\w+(?:\.\w+|\[[^\]]*\])*)\s*([-+*/%&|^@]?=(?!=)|:|\())")
 
 
@@ -724,6 +725,27 @@ def _site_scope(tgt: _Target, edit: _Edit, group: _Group, hunk: Hunk) -> Scope:
     return lay.scope(edit.start, indent)
 
 
+#: how a section-heading disagreement starts (`_scope_problem`): the one scope rule that is order evidence
+_SECTION = "section: "
+
+
+def _shows_def_line(hunk: Hunk) -> bool:
+    """Whether the hunk's pre-image shows a def/class line at or before its first change."""
+    for op, text in hunk.lines:
+        if op != "+" and _DEF_LINE.match(text):
+            return True
+        if op != " ":
+            return False
+    return False
+
+
+def _close(a: _Alignment, b: _Alignment) -> bool:
+    """`_too_close` for two sites in either order."""
+    if (int(b.verbatim), b.credit) > (int(a.verbatim), a.credit):
+        a, b = b, a
+    return _too_close(a, b)
+
+
 def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment, tgt: _Target) -> str | None:
     """Why the site disagrees with the scope the hunk implies (None when it agrees)."""
     name = section_name(hunk.section)
@@ -742,7 +764,7 @@ def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment
         names = tgt.sections.names_at(start)
         chain_names = [c.split()[-1] for c in (first_edit_scope.chain if first_edit_scope else ())]
         if name not in names and name not in chain_names:
-            return (f"section: the hunk's `@@` header names `{hunk.section.strip()}`, the target site follows "
+            return (f"{_SECTION}the hunk's `@@` header names `{hunk.section.strip()}`, the target site follows "
                     + (" / ".join(f"`{n}`" for n in names) or "no def/class"))
     return None
 
@@ -842,6 +864,17 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
             f"(credit {al.credit:.2f} vs {rival[0].credit:.2f}; a margin of {MIN_MARGIN} is required)",
             al.score,
         )
+    if tgt.is_py and _shows_def_line(hunk):
+        # The hunk shows a def/class line of its own before its change, so its `@@` section names an earlier
+        # definition, not the enclosing one: evidence of order, which drift changes (a method added above).  It
+        # may not decide between sites the hunk's own lines cannot tell apart.
+        for r_al, r_plan, why in rejected:
+            if why.startswith(_SECTION) and _site_key(r_plan, r_al) != key and _close(al, r_al):
+                return conflict(
+                    f"ambiguous: {_describe(al, P)} and {_describe(r_al, P)} agree about equally, and only the "
+                    f"`@@` section heading (the definition above the hunk) tells them apart: {why}",
+                    al.score,
+                )
     evidence = [_describe(al, P)]
     if rival is not None:
         evidence.append(f"runner-up {_describe(rival[0], P)}")

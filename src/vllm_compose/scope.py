@@ -436,9 +436,9 @@ class PythonLayout:
                 indent = self.indent[i] if i < len(self.lines) and self.code_start[i] else 0
             heads = self.header_lines(i, indent, stop)
         heads = [j for j in heads if self.is_header(j)]
-        keys = tuple(self.header_key(j, stop) for j in heads)
         if outer is not None and _DEF_RE.match(self.lines[outer.stmt_line]):
             heads = [outer.stmt_line] + heads  # inside a signature or class bases: that def/class encloses it
+        keys = tuple(self.header_key(j, stop) for j in heads)
         chain: list[str] = []
         branch: str | None = None
         for j in heads:
@@ -593,6 +593,8 @@ def hunk_intent(
         while outer.parent is not None:
             outer = outer.parent
         heads = [j for j in lay.header_lines(outer.stmt_line, lay.indent[outer.stmt_line]) if lay.is_header(j)]
+        if _DEF_RE.match(lay.lines[outer.stmt_line]):
+            heads = [outer.stmt_line] + heads  # inside a signature or class bases: that def/class encloses it
         return HunkIntent(
             frame.role, role_class(frame.role), keys(heads),
             f"opened at `{lay.lines[frame.line].strip()}`",

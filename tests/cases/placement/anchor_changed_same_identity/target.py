@@ -1,0 +1,6 @@
+def group(layers, buckets):
+    # smallest group decides
+    low = min(len(x) for x in buckets)
+    size = low
+    high = max(len(x) for x in buckets)
+    return size, high
