@@ -224,3 +224,23 @@ def test_placed_hunk_shows_no_rejected_site(tmp_path: Path) -> None:
     [h] = report.hunks
     assert h.rejected_at is None
     assert "engine's best (rejected) site" not in render_text(report)
+
+
+def test_line_alignment_is_valid_and_keeps_every_line_of_an_insertion_only_edit() -> None:
+    """The anchored alignment (unique lines first, difflib between them) is a valid alignment and, on a file made
+    of repeating lines with scattered insertions, keeps every old line (as difflib would, at far lower cost)."""
+    from vllm_compose.audit import _matching_blocks
+
+    old = []
+    for i in range(400):
+        old += [f"def f_{i}(x):", "    for v in x:", "        total += v", "    return total", "", ""]
+    new = list(old)
+    for at in range(len(old) - 3, 0, -97):
+        new.insert(at, "    total += 1")
+    blocks = _matching_blocks(old, new)
+    last_i = last_j = 0
+    for i, j, n in blocks:
+        assert i >= last_i and j >= last_j
+        assert old[i : i + n] == new[j : j + n]
+        last_i, last_j = i + n, j + n
+    assert sum(n for _, _, n in blocks) == len(old)

@@ -230,20 +230,110 @@ def _index(lines: Sequence[str]) -> dict[str, list[int]]:
 
 
 def _matching_blocks(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int, int]]:
-    """difflib's matching blocks, after trimming the common prefix and suffix (keeps large files cheap)."""
-    n = min(len(a), len(b))
+    """Matching blocks (i, j, n) of a line alignment of `a` and `b`, in order.
+
+    difflib's `SequenceMatcher` costs up to |a|·|b| on files whose lines repeat (blank lines, ``return x``), which
+    made the audit of a large file quadratic.  The alignment is therefore anchored first, patience-diff style: lines
+    that occur exactly once in each side and keep their order (the longest increasing run of such pairs) are
+    matched, and only the stretches between anchors — short in real code — are left to difflib, after trimming
+    their common prefix and suffix.  A stretch with unique lines of its own is anchored again the same way."""
+    blocks: list[tuple[int, int, int]] = []
+    _align_region(a, b, 0, len(a), 0, len(b), blocks)
+    merged: list[tuple[int, int, int]] = []
+    for i, j, n in blocks:
+        if merged and merged[-1][0] + merged[-1][2] == i and merged[-1][1] + merged[-1][2] == j:
+            pi, pj, pn = merged[-1]
+            merged[-1] = (pi, pj, pn + n)
+        elif n:
+            merged.append((i, j, n))
+    return merged
+
+
+def _align_region(
+    a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int, out: list[tuple[int, int, int]]
+) -> None:
+    """Append the matching blocks of a[alo:ahi] and b[blo:bhi] to `out` (see `_matching_blocks`)."""
     pre = 0
-    while pre < n and a[pre] == b[pre]:
+    while alo + pre < ahi and blo + pre < bhi and a[alo + pre] == b[blo + pre]:
         pre += 1
+    if pre:
+        out.append((alo, blo, pre))
+        alo += pre
+        blo += pre
     suf = 0
-    while suf < n - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
+    while alo < ahi - suf and blo < bhi - suf and a[ahi - 1 - suf] == b[bhi - 1 - suf]:
         suf += 1
-    blocks = [(0, 0, pre)] if pre else []
-    sm = difflib.SequenceMatcher(None, a[pre : len(a) - suf], b[pre : len(b) - suf], autojunk=False)
-    blocks += [(i + pre, j + pre, k) for i, j, k in sm.get_matching_blocks() if k]
+    ahi -= suf
+    bhi -= suf
+    if alo < ahi and blo < bhi:
+        anchors = _unique_anchors(a, b, alo, ahi, blo, bhi)
+        if anchors:
+            i0, j0 = alo, blo
+            for i, j in anchors:
+                _align_region(a, b, i0, i, j0, j, out)
+                out.append((i, j, 1))
+                i0, j0 = i + 1, j + 1
+            _align_region(a, b, i0, ahi, j0, bhi, out)
+        else:
+            sm = difflib.SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
+            out.extend((i + alo, j + blo, n) for i, j, n in sm.get_matching_blocks() if n)
     if suf:
-        blocks.append((len(a) - suf, len(b) - suf, suf))
-    return blocks
+        out.append((ahi, bhi, suf))
+
+
+def _unique_anchors(
+    a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int
+) -> list[tuple[int, int]]:
+    """Pairs (i, j) of lines occurring once in a[alo:ahi] and once in b[blo:bhi], the longest run of them in the
+    same order on both sides (patience sorting: O(k log k) for k such lines)."""
+    count_a: dict[str, int] = {}
+    where_a: dict[str, int] = {}
+    for i in range(alo, ahi):
+        line = a[i]
+        count_a[line] = count_a.get(line, 0) + 1
+        where_a[line] = i
+    count_b: dict[str, int] = {}
+    where_b: dict[str, int] = {}
+    for j in range(blo, bhi):
+        line = b[j]
+        if line in count_a:
+            count_b[line] = count_b.get(line, 0) + 1
+            where_b[line] = j
+    pairs = sorted(
+        (where_a[line], j) for line, j in where_b.items() if count_b[line] == 1 and count_a[line] == 1
+    )
+    if not pairs:
+        return []
+    # longest increasing subsequence of j over pairs sorted by i
+    tails: list[int] = []  # tails[k]: index into pairs of the smallest j ending a run of length k + 1
+    back: list[int] = [-1] * len(pairs)
+    for k, (_, j) in enumerate(pairs):
+        pos = _bisect_tails(pairs, tails, j)
+        if pos:
+            back[k] = tails[pos - 1]
+        if pos == len(tails):
+            tails.append(k)
+        else:
+            tails[pos] = k
+    run = []
+    k = tails[-1]
+    while k >= 0:
+        run.append(pairs[k])
+        k = back[k]
+    run.reverse()
+    return run
+
+
+def _bisect_tails(pairs: list[tuple[int, int]], tails: list[int], j: int) -> int:
+    """The first position in `tails` whose pair's j is not below `j`."""
+    lo, hi = 0, len(tails)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pairs[tails[mid]][1] < j:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _change_groups(hunk: Hunk) -> list[tuple[list[str], list[str]]]:
