@@ -104,6 +104,7 @@ _PY_SECTION_RE = re.compile(r"^[ \t]*((class|(async[ \t]+)?def)[ \t].*)$")
 _DEFAULT_SECTION_RE = re.compile(r"^[A-Za-z_$]")
 _TAIL_DEF = re.compile(r"\b(def|class)\s+\w+\s*$")
 _TAIL_WORD = re.compile(r"(\w+)\s*$")
+_TRIPLE = re.compile(r'[rRbBuUfF]{0,2}(?:"""|\'\'\')')
 
 
 def role_class(role: str | None) -> str | None:
@@ -600,6 +601,11 @@ def hunk_intent(
             f"opened at `{lay.lines[frame.line].strip()}`",
         )
     if lay.in_string_at[n_before]:
+        opener = next((lay.lines[j] for j in range(n_before - 1, -1, -1) if _TRIPLE.search(lay.lines[j])), "")
+        if _TRIPLE.match(opener.lstrip()):
+            # a line that starts with a triple quote may as well close a string the hunk does not show (a hunk
+            # that begins inside a docstring): the lexer's reading of it is a guess
+            return HunkIntent(None, None, (), "after a triple quote that may open or close a string; role unknown")
         return HunkIntent("string", "string", (), "inside a string")
     # No bracket open before the change: a closing bracket after it that matches nothing says we are inside one.
     after_lay = PythonLayout(change + after) if change or after else None
