@@ -33,6 +33,11 @@ Choosing
     and the def/class its ``@@`` section names).  The best acceptable site must be unique: a verbatim site beats
     any non-verbatim one; otherwise it must out-score every other site by `MIN_MARGIN` weighted lines (about one
     informative line).  Anything else is a conflict with the candidate sites as evidence — never a guess.
+    The ``@@`` section rule is evidence of order (the definition above the hunk), not of enclosure, when the hunk
+    shows a def/class line of its own before its change: then a site rejected by that rule alone but scoring about
+    as well as the best (see `_too_close`) makes the choice ambiguous.  For a change inside brackets, the context
+    lines the hunk shows inside the same brackets must be inside the site's brackets in the target too (an
+    alignment may stitch two look-alike calls together).
 
 Merging (hunk pre-image = base, post-image = ours, target window = theirs)
     Context lines always come from the target, so whatever the target changed around the hunk is kept.  Each
@@ -42,7 +47,10 @@ Merging (hunk pre-image = base, post-image = ours, target window = theirs)
     - added lines go between the target lines matching the pre-image lines around them.  When both neighbours are
       present and the target has lines of its own between them, both sides changed the same gap: conflict (unless
       those lines are the added lines: already applied).  When one neighbour is missing (the target deleted or
-      changed it), the present neighbour anchors the insertion;
+      changed it), the present neighbour anchors the insertion — but the nearest non-blank line the insertion
+      follows (what it continues: the statement, parameter, argument or element before it) must not have been
+      changed: a target line of its own where that line was is a conflict, unless exactly one such line keeps its
+      identity (the same name assigned, annotated, called or passed), which then anchors the insertion;
     - indentation: the nearest non-blank context line before and after the group and every removed line give an
       indentation delta (target indent minus pre-image indent).  A consistent delta re-indents the added lines; an
       inconsistent one (context nested one level deeper on one side only) is a conflict.
@@ -725,6 +733,49 @@ def _site_scope(tgt: _Target, edit: _Edit, group: _Group, hunk: Hunk) -> Scope:
     return lay.scope(edit.start, indent)
 
 
+def _container_problem(P: list[str], g: _Group, al: _Alignment, tgt: _Target, at: int) -> str | None:
+    """Whether the context lines the hunk shows inside the same brackets as its change (the arguments, parameters
+    or elements before it) sit inside the brackets of the target site too.  An alignment can stitch two look-alike
+    calls together (the first arguments from one, the last from another): the site is then neither."""
+    lay = PythonLayout(P[: g.a])
+    n = g.a
+    inner = lay.frame_at[n]
+    closers = {i for i, _ in lay.unmatched_closers}
+    same: list[int] = []
+    for j in range(n - 1, -1, -1):
+        if j in closers and inner is None:
+            break
+        f = lay.frame_at[j]
+        if inner is None:
+            if f is not None or not P[j].strip():
+                continue
+        else:
+            chain = []
+            while f is not None:
+                chain.append(f)
+                f = f.parent
+            if inner not in chain:
+                break
+        same.append(j)
+    lay_t = tgt.layout
+    lay_t.ensure(at)
+    frame = lay_t.frame_at[at]
+    if frame is None:
+        return None
+    for j in same:
+        t = al.mapping[j]
+        if t is None:
+            continue
+        lay_t.ensure(t)
+        f = lay_t.frame_at[t]
+        while f is not None and f is not frame:
+            f = f.parent
+        if f is None:
+            return (f"container: the hunk shows `{P[j].strip()}` inside the same brackets as its change; in the "
+                    f"target it is outside the brackets of the site (target lines {t + 1} and {at + 1})")
+    return None
+
+
 #: how a section-heading disagreement starts (`_scope_problem`): the one scope rule that is order evidence
 _SECTION = "section: "
 
@@ -758,6 +809,10 @@ def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment
             why = g.intent.accepts(sc)
             if why:
                 return f"{why} (target line {e.start + 1})"
+            if g.intent.klass in ("(", "[", "{"):
+                why = _container_problem(hunk.pre_image, g, al, tgt, e.start)
+                if why:
+                    return why
     if name:
         f = al.first
         start = max(0, f[1] - f[0]) if f else 0
