@@ -68,14 +68,24 @@ def main() -> int:
         repo = work / "vllm"
         repo.mkdir()
         env = dict(os.environ, VLLM_COMPOSE_CACHE=str(cache))
-        argv = [sys.executable, str(ROOT / "scripts" / "rebase_series.py"), "--onto", args.tag,
-                "--series", str(ROOT / "series"), "--repo", str(repo), "-q"]
+        argv = [
+            sys.executable,
+            str(ROOT / "scripts" / "rebase_series.py"),
+            "--onto",
+            args.tag,
+            "--series",
+            str(ROOT / "series"),
+            "--repo",
+            str(repo),
+            "-q",
+        ]
         if args.sources:
             argv += ["--sources", str(args.sources)]
         first = run_once(argv, env)
         repeated = [run_once(argv, env) for _ in range(args.repeats)]
-        hunks = sum(len(f.hunks) for e in load_series(ROOT / "series").entries_for(args.tag) if e.patch
-                    for f in e.patch.files)
+        hunks = sum(
+            len(f.hunks) for e in load_series(ROOT / "series").entries_for(args.tag) if e.patch for f in e.patch.files
+        )
         result = {
             "tag": args.tag,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -89,20 +99,24 @@ def main() -> int:
     print(json.dumps(result, indent=2))
     if args.write_docs:
         best = min(r["wall_s"] for r in repeated)
-        table = "\n".join([
-            BEGIN,
-            f"Measured {result['date']} on {result['machine']} (`benchmarks/compose_speed.py`), tag {args.tag}:",
-            "",
-            "| run | wall | peak RSS | exit |",
-            "|---|---|---|---|",
-            f"| first compose (sdist downloaded from PyPI and imported) | {first['wall_s']} s | "
-            f"{first['peak_rss_mb']} MB | {first['exit']} |",
-            *[f"| repeated compose #{i + 1} | {r['wall_s']} s | {r['peak_rss_mb']} MB | {r['exit']} |"
-              for i, r in enumerate(repeated)],
-            "",
-            f"Best repeated compose: {best} s (target ≤ 3 s); first compose target ≤ 60 s; memory target ≤ 1 GB.",
-            END,
-        ])
+        table = "\n".join(
+            [
+                BEGIN,
+                f"Measured {result['date']} on {result['machine']} (`benchmarks/compose_speed.py`), tag {args.tag}:",
+                "",
+                "| run | wall | peak RSS | exit |",
+                "|---|---|---|---|",
+                f"| first compose (sdist downloaded from PyPI and imported) | {first['wall_s']} s | "
+                f"{first['peak_rss_mb']} MB | {first['exit']} |",
+                *[
+                    f"| repeated compose #{i + 1} | {r['wall_s']} s | {r['peak_rss_mb']} MB | {r['exit']} |"
+                    for i, r in enumerate(repeated)
+                ],
+                "",
+                f"Best repeated compose: {best} s (target ≤ 3 s); first compose target ≤ 60 s; memory target ≤ 1 GB.",
+                END,
+            ]
+        )
         text = DOC.read_text() if DOC.exists() else "# Compose speed\n\n" + BEGIN + "\n" + END + "\n"
         start, end = text.index(BEGIN), text.index(END) + len(END)
         DOC.write_text(text[:start] + table + text[end:])

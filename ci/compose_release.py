@@ -20,8 +20,14 @@ from vllm_compose.cli import main as vllm_compose
 
 def summary_markdown(report: dict) -> str:
     """The job summary: one row per entry, then the conflicting hunks and the final checks."""
-    lines = [f"## Compose onto {report['tag']}: {report['status']}", "", report.get("message", ""), "",
-             "| entry | status | hunks |", "|---|---|---|"]
+    lines = [
+        f"## Compose onto {report['tag']}: {report['status']}",
+        "",
+        report.get("message", ""),
+        "",
+        "| entry | status | hunks |",
+        "|---|---|---|",
+    ]
     for e in report.get("entries", []):
         counts: dict[str, int] = {}
         for h in e.get("hunks", []):
@@ -46,10 +52,13 @@ def conflict_lines(report: dict) -> list[str]:
 
 
 def issue_body(report: dict) -> str:
-    return (f"The scheduled compose of the series onto vLLM {report['tag']} stopped: **{report['status']}**.\n\n"
-            + summary_markdown(report)
-            + "\nResolve locally with `vllm-compose rebase --onto " + report["tag"]
-            + "`, edit the conflict worktree, then `--continue` (README: Conflicts).\n")
+    return (
+        f"The scheduled compose of the series onto vLLM {report['tag']} stopped: **{report['status']}**.\n\n"
+        + summary_markdown(report)
+        + "\nResolve locally with `vllm-compose rebase --onto "
+        + report["tag"]
+        + "`, edit the conflict worktree, then `--continue` (README: Conflicts).\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = args.out / f"report-{args.tag}.json"
     extra = (["--sources", args.sources] if args.sources else []) + (["--offline"] if args.offline else [])
-    rc = vllm_compose(["rebase", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "-q",
-                       "--json", str(report_path), *extra])
+    rc = vllm_compose(
+        [
+            "rebase",
+            "--onto",
+            args.tag,
+            "--series",
+            args.series,
+            "--repo",
+            args.repo,
+            "-q",
+            "--json",
+            str(report_path),
+            *extra,
+        ]
+    )
     if not report_path.is_file():
         return rc  # bad input: the error is on stderr
     report = json.loads(report_path.read_text())

@@ -22,15 +22,27 @@ def requests_for(repo: str, title: str, body: str, existing: int | None) -> list
     """The REST calls to make: PATCH the existing issue, or POST a new one."""
     if existing is not None:
         return [{"method": "PATCH", "url": f"{API}/repos/{repo}/issues/{existing}", "json": {"body": body}}]
-    return [{"method": "POST", "url": f"{API}/repos/{repo}/issues",
-             "json": {"title": title, "body": body, "labels": ["compose"]}}]
+    return [
+        {
+            "method": "POST",
+            "url": f"{API}/repos/{repo}/issues",
+            "json": {"title": title, "body": body, "labels": ["compose"]},
+        }
+    ]
 
 
 def _call(method: str, url: str, token: str, payload: dict | None = None):
     data = json.dumps(payload).encode() if payload is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": "2022-11-28"})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method=method,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+        },
+    )
     with urllib.request.urlopen(req, timeout=60) as response:  # noqa: S310 (api.github.com)
         return json.load(response)
 

@@ -18,8 +18,6 @@ CASES = Path(__file__).parent / "cases" / "audit"
 CONFIG = "pkg/config.py"
 
 
-
-
 def target_from(case: str, tmp_path: Path) -> Path:
     target = tmp_path / "site-packages"
     shutil.copytree(CASES / case / "stock", target)

@@ -20,16 +20,41 @@ def composed(tmp_path) -> dict[str, Path]:
     """A toy release repo with its compose branch written by `vllm-compose rebase`, and a stock wheel."""
     series = toy.write_series(tmp_path / "series", tmp_path / "sources")
     repo = toy.make_release_repo(tmp_path / "vllm")
-    rc = main(["rebase", "--onto", toy.TAG, "--series", str(series), "--repo", str(repo),
-               "--sources", str(tmp_path / "sources"), "--offline", "-q"])
+    rc = main(
+        [
+            "rebase",
+            "--onto",
+            toy.TAG,
+            "--series",
+            str(series),
+            "--repo",
+            str(repo),
+            "--sources",
+            str(tmp_path / "sources"),
+            "--offline",
+            "-q",
+        ]
+    )
     assert rc == 0
     stock = make_stock_wheel(tmp_path / "stock")
     return {"series": series, "repo": repo, "stock": stock, "out": tmp_path / "dist"}
 
 
 def wheel_argv(c: dict[str, Path], *extra: str) -> list[str]:
-    return ["wheel", "--onto", toy.TAG, "--repo", str(c["repo"]), "--series", str(c["series"]),
-            "--stock-wheel", str(c["stock"]), "--out", str(c["out"]), *extra]
+    return [
+        "wheel",
+        "--onto",
+        toy.TAG,
+        "--repo",
+        str(c["repo"]),
+        "--series",
+        str(c["series"]),
+        "--stock-wheel",
+        str(c["stock"]),
+        "--out",
+        str(c["out"]),
+        *extra,
+    ]
 
 
 def test_wheel_from_compose_branch(composed, capsys) -> None:
@@ -51,11 +76,26 @@ def test_label_is_stable_and_changes_with_the_series(composed, tmp_path) -> None
     first = open_branch(composed["repo"], composed["series"], toy.TAG).label
     assert first == open_branch(composed["repo"], composed["series"], toy.TAG).label
     other = tmp_path / "other"
-    toy.write_series(other / "series", other / "sources",
-                     fix_body=toy.FIX_BODY.replace("name.strip()", "name.lower()"))
+    toy.write_series(other / "series", other / "sources", fix_body=toy.FIX_BODY.replace("name.strip()", "name.lower()"))
     repo2 = toy.make_release_repo(other / "vllm")
-    assert main(["rebase", "--onto", toy.TAG, "--series", str(other / "series"), "--repo", str(repo2),
-                 "--sources", str(other / "sources"), "--offline", "-q"]) == 0
+    assert (
+        main(
+            [
+                "rebase",
+                "--onto",
+                toy.TAG,
+                "--series",
+                str(other / "series"),
+                "--repo",
+                str(repo2),
+                "--sources",
+                str(other / "sources"),
+                "--offline",
+                "-q",
+            ]
+        )
+        == 0
+    )
     second = open_branch(repo2, other / "series", toy.TAG).label
     assert first.split(".g")[0] == second.split(".g")[0] == "compose.101"
     assert first != second
@@ -77,11 +117,41 @@ def test_wheel_refuses_failing_checks(tmp_path, capsys) -> None:
     # the compose accepted the failure (recorded in its report); the wheel must still refuse the tree
     series = toy.write_series(tmp_path / "series", tmp_path / "sources", fix_body=toy.BAD_FIX_BODY)
     repo = toy.make_release_repo(tmp_path / "vllm")
-    assert main(["rebase", "--onto", toy.TAG, "--series", str(series), "--repo", str(repo), "--sources",
-                 str(tmp_path / "sources"), "--offline", "-q", "--accept-check-failures"]) == 0
+    assert (
+        main(
+            [
+                "rebase",
+                "--onto",
+                toy.TAG,
+                "--series",
+                str(series),
+                "--repo",
+                str(repo),
+                "--sources",
+                str(tmp_path / "sources"),
+                "--offline",
+                "-q",
+                "--accept-check-failures",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "dist"
-    rc = main(["wheel", "--onto", toy.TAG, "--repo", str(repo), "--series", str(series), "--stock-wheel",
-               str(make_stock_wheel(tmp_path / "stock")), "--out", str(out)])
+    rc = main(
+        [
+            "wheel",
+            "--onto",
+            toy.TAG,
+            "--repo",
+            str(repo),
+            "--series",
+            str(series),
+            "--stock-wheel",
+            str(make_stock_wheel(tmp_path / "stock")),
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 2
     assert "normalise" in capsys.readouterr().err
     assert not out.exists()
@@ -146,11 +216,13 @@ def test_hash_mismatch_from_index_exit_3(composed, tmp_path, fake_http, capsys) 
 
     stock = composed["stock"]
     index = {
-        "files": [{"filename": STOCK_NAME, "url": "https://index.invalid/files/" + STOCK_NAME,
-                   "hashes": {"sha256": "0" * 64}}]
+        "files": [
+            {"filename": STOCK_NAME, "url": "https://index.invalid/files/" + STOCK_NAME, "hashes": {"sha256": "0" * 64}}
+        ]
     }
-    fake_http.serve("https://index.invalid/simple/vllm/", json.dumps(index).encode(),
-                    "application/vnd.pypi.simple.v1+json")
+    fake_http.serve(
+        "https://index.invalid/simple/vllm/", json.dumps(index).encode(), "application/vnd.pypi.simple.v1+json"
+    )
     fake_http.serve("https://index.invalid/files/" + STOCK_NAME, stock.read_bytes())
     cache = tmp_path / "wheels"
     argv = [a for a in wheel_argv(composed) if a not in ("--stock-wheel", str(stock))]
@@ -178,8 +250,17 @@ def test_wheel_fetches_the_stock_wheel_then_works_offline(composed, tmp_path, fa
 
 def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
     repo = composed["repo"]
-    base = ["editable", "--onto", toy.TAG, "--repo", str(repo), "--series", str(composed["series"]),
-            "--stock-wheel", str(composed["stock"])]
+    base = [
+        "editable",
+        "--onto",
+        toy.TAG,
+        "--repo",
+        str(repo),
+        "--series",
+        str(composed["series"]),
+        "--stock-wheel",
+        str(composed["stock"]),
+    ]
     assert main(base) == 3  # the release is checked out, not the compose
     assert "checkout --detach compose-101-v0.26.0" in capsys.readouterr().err
     toy.git(repo, "checkout", "-q", "--detach", "compose-101-v0.26.0")

@@ -45,9 +45,7 @@ def test_case(case: str) -> None:
 
 def test_undefined_helper_message_names_file_line_entry() -> None:
     folder = CASES / "undefined_helper"
-    report = run_checks(
-        DirTree(folder / "stock"), DirTree(folder / "composed"), ["pkg/indexer.py"], entry_id="pr38476"
-    )
+    report = run_checks(DirTree(folder / "stock"), DirTree(folder / "composed"), ["pkg/indexer.py"], entry_id="pr38476")
     (finding,) = report.result("undefined-names").findings
     assert str(finding) == (
         "pkg/indexer.py:6: error: UndefinedName: undefined name 'has_deep_gemm_probe' (entry pr38476)"
@@ -91,9 +89,7 @@ def test_smoke_skipped_with_reason_when_runtime_missing(tmp_path: Path, monkeypa
 
 def test_smoke_disabled_is_skipped(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("x = 1\n")
-    smoke = run_checks(DirTree(tmp_path), DirTree(tmp_path), ["m.py"], import_smoke=False).result(
-        "import-smoke"
-    )
+    smoke = run_checks(DirTree(tmp_path), DirTree(tmp_path), ["m.py"], import_smoke=False).result("import-smoke")
     assert smoke.status == "skipped" and smoke.reason
 
 
@@ -104,18 +100,14 @@ def _smoke_tree(tmp_path: Path) -> OverlayTree:
     (base / "vllm" / "sub" / "__init__.py").write_text("")
     (base / "vllm" / "sub" / "good.py").write_text("VALUE = 1\n")
     (base / "vllm" / "sub" / "bad.py").write_text("VALUE = 1\n")
-    return OverlayTree(
-        DirTree(base), {"vllm/sub/bad.py": b"import json\n\nraise RuntimeError('kernel missing')\n"}
-    )
+    return OverlayTree(DirTree(base), {"vllm/sub/bad.py": b"import json\n\nraise RuntimeError('kernel missing')\n"})
 
 
 def test_smoke_runs_where_runtime_importable(tmp_path: Path, monkeypatch) -> None:
     # stand in for torch with a module every interpreter has, so the subprocess path runs without a GPU stack
     monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULE", "json")
     composed = _smoke_tree(tmp_path)
-    report = run_checks(
-        DirTree(tmp_path / "base"), composed, ["vllm/sub/good.py", "vllm/sub/bad.py"], entry_id="e1"
-    )
+    report = run_checks(DirTree(tmp_path / "base"), composed, ["vllm/sub/good.py", "vllm/sub/bad.py"], entry_id="e1")
     smoke = report.result("import-smoke")
     assert smoke.status == "fail"
     (finding,) = smoke.findings
@@ -126,9 +118,9 @@ def test_smoke_runs_where_runtime_importable(tmp_path: Path, monkeypatch) -> Non
 def test_smoke_passes(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULE", "json")
     composed = _smoke_tree(tmp_path)
-    smoke = run_checks(
-        DirTree(tmp_path / "base"), composed, ["vllm/sub/good.py"], python=sys.executable
-    ).result("import-smoke")
+    smoke = run_checks(DirTree(tmp_path / "base"), composed, ["vllm/sub/good.py"], python=sys.executable).result(
+        "import-smoke"
+    )
     assert smoke.status == "pass" and smoke.files == 1
 
 

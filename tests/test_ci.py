@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import toy_vllm as toy
 
+
 def _tool(name: str) -> str | None:
     """A console tool on PATH, or installed next to this interpreter (a venv run without activating it)."""
     sibling = Path(sys.executable).parent / name
@@ -70,8 +71,10 @@ def test_open_issue_dry_run(tmp_path, capsys) -> None:
     req = json.loads(capsys.readouterr().out)
     assert req["method"] == "POST" and req["url"] == "https://api.github.com/repos/o/r/issues"
     assert req["json"]["title"] == "T" and req["json"]["body"] == "conflicts"
-    assert open_issue.main(["--repo", "o/r", "--title", "T", "--body-file", str(body), "--dry-run",
-                            "--existing", "7"]) == 0
+    assert (
+        open_issue.main(["--repo", "o/r", "--title", "T", "--body-file", str(body), "--dry-run", "--existing", "7"])
+        == 0
+    )
     req = json.loads(capsys.readouterr().out)
     assert req["method"] == "PATCH" and req["url"].endswith("/issues/7")
 
@@ -89,9 +92,22 @@ def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch)
     summary = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     out = tmp_path / "out"
-    rc = compose_release.main([toy.TAG, "--series", str(series), "--repo", str(repo), "--out", str(out),
-                               "--sources", str(tmp_path / "sources"), "--offline",
-                               "--stock-wheel", str(make_stock_wheel(tmp_path / "stock"))])
+    rc = compose_release.main(
+        [
+            toy.TAG,
+            "--series",
+            str(series),
+            "--repo",
+            str(repo),
+            "--out",
+            str(out),
+            "--sources",
+            str(tmp_path / "sources"),
+            "--offline",
+            "--stock-wheel",
+            str(make_stock_wheel(tmp_path / "stock")),
+        ]
+    )
     assert rc == 0
     assert json.loads((out / "report-v0.26.0.json").read_text())["status"] == "composed"
     assert "| pr101 | applied |" in summary.read_text()
@@ -102,14 +118,29 @@ def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch)
 def test_compose_release_conflict_writes_issue_body(tmp_path) -> None:
     series, repo = _toy(tmp_path)
     text = (repo / "vllm" / "runner.py").read_text()
-    (repo / "vllm" / "runner.py").write_text(text.replace("def propose(self, batch):\n        return [x * self.size "
-                                                          "for x in batch]", "def propose(self, items, *, k=1):\n"
-                                                          "        return list(items)[:k]"))
+    (repo / "vllm" / "runner.py").write_text(
+        text.replace(
+            "def propose(self, batch):\n        return [x * self.size for x in batch]",
+            "def propose(self, items, *, k=1):\n        return list(items)[:k]",
+        )
+    )
     toy.git(repo, "commit", "-qam", "drift")
     toy.git(repo, "tag", "-f", toy.TAG)
     out = tmp_path / "out"
-    rc = compose_release.main([toy.TAG, "--series", str(series), "--repo", str(repo), "--out", str(out),
-                               "--sources", str(tmp_path / "sources"), "--offline"])
+    rc = compose_release.main(
+        [
+            toy.TAG,
+            "--series",
+            str(series),
+            "--repo",
+            str(repo),
+            "--out",
+            str(out),
+            "--sources",
+            str(tmp_path / "sources"),
+            "--offline",
+        ]
+    )
     assert rc == 1
     body = (out / "issue-v0.26.0.md").read_text()
     assert "conflict" in body and "`pr101`: `vllm/runner.py` hunk 1" in body
@@ -132,6 +163,9 @@ def test_workflows_only_call_ci_scripts(path: Path) -> None:
 
 @pytest.mark.skipif(_tool("check-jsonschema") is None, reason="check-jsonschema not installed")
 def test_workflows_match_the_schema() -> None:
-    proc = subprocess.run([_tool("check-jsonschema"), "--schemafile", str(ROOT / "ci" / "workflow-schema.json"),
-                           *map(str, WORKFLOWS)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [_tool("check-jsonschema"), "--schemafile", str(ROOT / "ci" / "workflow-schema.json"), *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -55,8 +55,8 @@ PR_PATCH = textwrap.dedent(
     +++ b/pkg/mod.py
     @@ -1,10 +1,12 @@
      import os
-     
-     
+
+
     -def greet(name, *, loud=False):
     +def greet(name, *, loud=False, suffix=""):
          text = "hello " + name
@@ -65,8 +65,8 @@ PR_PATCH = textwrap.dedent(
     +    if suffix:
     +        text += suffix
          return text
-     
-     
+
+
     @@ -20,3 +22,6 @@ class Engine:
          def step(self, batch):
              self.steps += 1
@@ -90,14 +90,14 @@ FIX_PATCH = textwrap.dedent(
     --- a/pkg/mod.py
     +++ b/pkg/mod.py
     @@ -11,6 +11,6 @@ def greet(name, *, loud=False, suffix=""):
-     
-     
+
+
     -def farewell(name):
     -    return "bye " + name
     +def farewell(name, suffix=""):
     +    return "bye " + name + suffix
-     
-     
+
+
     """
 )
 
@@ -129,9 +129,10 @@ def upstream(tmp_path):
     drift = MOD_V1.replace('    text = "hello " + name\n', '    text = "hello, " + name  # comma\n')
     commit_tag(work, "v1.2.0", {"pkg/mod.py": drift})
     merged = (
-        MOD_V1.replace('def greet(name, *, loud=False):', 'def greet(name, *, loud=False, suffix=""):')
-        .replace("        text = text.upper()\n    return text",
-                 "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text")
+        MOD_V1.replace("def greet(name, *, loud=False):", 'def greet(name, *, loud=False, suffix=""):').replace(
+            "        text = text.upper()\n    return text",
+            "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text",
+        )
         + "\n    def reset(self):\n        self.steps = 0\n"
     )
     commit_tag(work, "v1.3.0", {"pkg/mod.py": merged})
@@ -253,9 +254,10 @@ def test_entry_partly_upstream_stops_instead_of_guessing(series_dir, upstream, t
 
 def conflicting_release(upstream: Path) -> None:
     """v2.0.0: greet's signature rewritten so the PR's first hunk has no site left."""
-    text = MOD_V1.replace("def greet(name, *, loud=False):\n    text = \"hello \" + name\n    if loud:\n",
-                          "def greet(person: str, shout: bool = False) -> str:\n    text = f\"hello {person}\"\n"
-                          "    if shout:\n")
+    text = MOD_V1.replace(
+        'def greet(name, *, loud=False):\n    text = "hello " + name\n    if loud:\n',
+        'def greet(person: str, shout: bool = False) -> str:\n    text = f"hello {person}"\n    if shout:\n',
+    )
     git(upstream, "checkout", "-q", "v1.0.0")
     commit_tag(upstream, "v2.0.0", {"pkg/mod.py": text})
     git(upstream, "checkout", "-q", "--detach")
@@ -275,13 +277,14 @@ def test_conflict_resolve_continue_records_a_fix(series_dir, upstream, tmp_path)
     # a second compose refuses while the conflict waits
     assert compose(series_dir, upstream, "v2.0.0") == 3
     # --continue with markers still there is refused and keeps the state
-    assert main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline",
-                 "-q"]) == 1
+    assert main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline", "-q"]) == 1
     # resolve by hand
     start = conflicted.index("<<<<<<<")
     end = conflicted.index("\n", conflicted.index(">>>>>>>")) + 1
-    resolved = conflicted[:start] + textwrap.dedent(
-        """\
+    resolved = (
+        conflicted[:start]
+        + textwrap.dedent(
+            """\
         def greet(person: str, shout: bool = False, suffix: str = "") -> str:
             text = f"hello {person}"
             if shout:
@@ -290,11 +293,25 @@ def test_conflict_resolve_continue_records_a_fix(series_dir, upstream, tmp_path)
                 text += suffix
             return text
         """
-    ) + conflicted[end:]
+        )
+        + conflicted[end:]
+    )
     # drop the now-duplicated tail of the old body that followed the markers, if the marker block did not hold it
     (wt / "pkg/mod.py").write_text(resolved)
-    rc = main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline", "-q",
-               "--json", str(out)])
+    rc = main(
+        [
+            "rebase",
+            "--continue",
+            "--series",
+            str(series_dir),
+            "--repo",
+            str(upstream),
+            "--offline",
+            "-q",
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert rc == 0, report
     ids = [e["id"] for e in report["entries"]]
@@ -341,8 +358,10 @@ def test_rename_patch(series_dir, upstream, tmp_path):
     )
     (series_dir / "patches" / "0002-rename.patch").write_text(patch)
     with open(series_dir / "series.toml", "a") as fh:
-        fh.write('\n[[entry]]\nid = "rename"\nfile = "patches/0002-rename.patch"\ntitle = "Move"\n'
-                 'upstream_status = "Inappropriate"\nwhy = "test"\n')
+        fh.write(
+            '\n[[entry]]\nid = "rename"\nfile = "patches/0002-rename.patch"\ntitle = "Move"\n'
+            'upstream_status = "Inappropriate"\nwhy = "test"\n'
+        )
     assert compose(series_dir, upstream, "v1.0.0") == 0
     names = git(upstream, "ls-tree", "-r", "--name-only", "compose-101-v1.0.0").splitlines()
     assert "pkg/package.py" in names and "pkg/__init__.py" not in names

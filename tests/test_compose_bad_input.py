@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pygit2
 import pytest
-
 from test_compose import FIX_PATCH, compose, git, series_dir, upstream  # noqa: F401 - fixtures
 
 BRANCH = "compose-101-v1.0.0"
@@ -20,8 +19,10 @@ BRANCH = "compose-101-v1.0.0"
 def add_local_entry(series: Path, name: str, data: bytes) -> None:
     (series / "patches" / name).write_bytes(data)
     with open(series / "series.toml", "a") as fh:
-        fh.write(f'\n[[entry]]\nid = "extra"\nfile = "patches/{name}"\ntitle = "Extra"\n'
-                 'upstream_status = "Inappropriate"\nwhy = "test"\n')
+        fh.write(
+            f'\n[[entry]]\nid = "extra"\nfile = "patches/{name}"\ntitle = "Extra"\n'
+            'upstream_status = "Inappropriate"\nwhy = "test"\n'
+        )
 
 
 def malformed_patch(series, repo):
@@ -87,10 +88,21 @@ def corrupted_cache_file(series, repo):
     return 3, "corrupt"
 
 
-CASES = {f.__name__: f for f in (
-    malformed_patch, binary_patch, duplicate_ids, unknown_key, missing_patch_file, tag_nowhere, not_a_release_tag,
-    dirty_repo, repo_is_a_plain_folder, corrupted_cache_file,
-)}
+CASES = {
+    f.__name__: f
+    for f in (
+        malformed_patch,
+        binary_patch,
+        duplicate_ids,
+        unknown_key,
+        missing_patch_file,
+        tag_nowhere,
+        not_a_release_tag,
+        dirty_repo,
+        repo_is_a_plain_folder,
+        corrupted_cache_file,
+    )
+}
 
 
 def test_bad_input_cases_are_counted():

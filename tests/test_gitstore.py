@@ -181,9 +181,7 @@ def test_state_ref_round_trip_and_versioning(tmp_path):
     assert gitstore.read_state_ref(repo) == {"tag": "v0.27.0"}
 
     future = repo.create_blob(b'{"format": 99, "state": {}}')
-    gitstore.update_ref_atomically(
-        repo, gitstore.STATE_REF, future, gitstore.ref_target(repo, gitstore.STATE_REF)
-    )
+    gitstore.update_ref_atomically(repo, gitstore.STATE_REF, future, gitstore.ref_target(repo, gitstore.STATE_REF))
     with pytest.raises(RepositoryError, match="format 99"):
         gitstore.read_state_ref(repo)
     garbage = repo.create_blob(b"{not json")

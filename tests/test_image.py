@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 import toy_vllm as toy
 
-def _tool(name: str) -> str | None:
-    """A console tool on PATH, or installed next to this interpreter (a venv run without activating it)."""
-    sibling = Path(sys.executable).parent / name
-    return shutil.which(name) or (str(sibling) if sibling.is_file() else None)
-
-
 from vllm_compose.artifacts import image as image_mod
 from vllm_compose.artifacts.wheel import record_hash
 from vllm_compose.checks import FAIL, CheckReport, CheckResult, Finding
 from vllm_compose.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool(name: str) -> str | None:
+    """A console tool on PATH, or installed next to this interpreter (a venv run without activating it)."""
+    sibling = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(sibling) if sibling.is_file() else None)
 
 
 @pytest.fixture
@@ -39,8 +39,19 @@ def toy_image(tmp_path) -> dict[str, Path]:
 
 
 def overlay(t: dict[str, Path], *extra: str) -> int:
-    return main(["image-overlay", "--site-packages", str(t["site"]), "--series", str(t["series"]),
-                 "--sources", str(t["sources"]), "--offline", *extra])
+    return main(
+        [
+            "image-overlay",
+            "--site-packages",
+            str(t["site"]),
+            "--series",
+            str(t["series"]),
+            "--sources",
+            str(t["sources"]),
+            "--offline",
+            *extra,
+        ]
+    )
 
 
 def test_overlay_installs_and_relabels(toy_image, tmp_path) -> None:
@@ -72,8 +83,12 @@ def test_dry_run_changes_nothing(toy_image) -> None:
 
 def test_conflict_leaves_site_packages_untouched(toy_image, capsys) -> None:
     runner = toy_image["site"] / "vllm" / "runner.py"
-    runner.write_text(toy.RUNNER.replace("def propose(self, batch):\n        return [x * self.size for x in batch]",
-                                         "def propose(self, items, *, k=1):\n        return list(items)[:k]"))
+    runner.write_text(
+        toy.RUNNER.replace(
+            "def propose(self, batch):\n        return [x * self.size for x in batch]",
+            "def propose(self, items, *, k=1):\n        return list(items)[:k]",
+        )
+    )
     before = toy.snapshot(toy_image["site"])
     assert overlay(toy_image) == 1
     assert "site-packages not changed" in capsys.readouterr().out
@@ -81,8 +96,11 @@ def test_conflict_leaves_site_packages_untouched(toy_image, capsys) -> None:
 
 
 def test_compose_refusal_leaves_site_packages_untouched(tmp_path) -> None:
-    t = {"series": toy.write_series(tmp_path / "series", tmp_path / "sources", fix_body=toy.BAD_FIX_BODY),
-         "sources": tmp_path / "sources", "site": toy.make_site_packages(tmp_path / "sp")}
+    t = {
+        "series": toy.write_series(tmp_path / "series", tmp_path / "sources", fix_body=toy.BAD_FIX_BODY),
+        "sources": tmp_path / "sources",
+        "site": toy.make_site_packages(tmp_path / "sp"),
+    }
     before = toy.snapshot(t["site"])
     assert overlay(t) == 2
     assert toy.snapshot(t["site"]) == before
@@ -112,10 +130,16 @@ def test_docker_script_outside_docker(toy_image, tmp_path) -> None:
     home = tmp_path / "opt"
     shutil.copytree(toy_image["series"], home / "series")
     shutil.copytree(toy_image["sources"], home / "sources")
-    env = {**os.environ, "PYTHON": sys.executable, "VLLM_COMPOSE_HOME": str(home), "VLLM_COMPOSE_OFFLINE": "1",
-           "PYTHONPATH": str(toy_image["site"]) + os.pathsep + str(ROOT / "src")}
-    proc = subprocess.run(["bash", str(ROOT / "docker" / "install-overlay.sh")], env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "VLLM_COMPOSE_HOME": str(home),
+        "VLLM_COMPOSE_OFFLINE": "1",
+        "PYTHONPATH": str(toy_image["site"]) + os.pathsep + str(ROOT / "src"),
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "docker" / "install-overlay.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((home / "overlay.json").read_text())["status"] == "installed"
 
@@ -126,8 +150,15 @@ def test_dockerfile_shape() -> None:
     assert re.search(r"^FROM vllm/vllm-openai:\$\{VLLM_TAG\}$", text, re.M)
     for env in ("VLLM_USE_V2_MODEL_RUNNER=1", "VLLM_WORKER_MULTIPROC_METHOD=spawn", "VLLM_USE_FLASHINFER_SAMPLER=0"):
         assert env in text
-    for flag in ("--block-size 64", "--kv-cache-dtype auto", '"method":"mtp"', "--pipeline-parallel-size",
-                 "--enforce-eager", "--gpu-memory-utilization", "--build-context sources="):
+    for flag in (
+        "--block-size 64",
+        "--kv-cache-dtype auto",
+        '"method":"mtp"',
+        "--pipeline-parallel-size",
+        "--enforce-eager",
+        "--gpu-memory-utilization",
+        "--build-context sources=",
+    ):
         assert flag in text
     for src in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
         assert (ROOT / src).exists(), src
@@ -140,14 +171,17 @@ def test_dockerfile_lints_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-REAL_WHEEL = Path(os.environ.get("VLLM_COMPOSE_STOCK_WHEEL",
-                                 "/tmp/wcache/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"))
+REAL_WHEEL = Path(
+    os.environ.get("VLLM_COMPOSE_STOCK_WHEEL", "/tmp/wcache/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+)
 REAL_SOURCES = Path(os.environ.get("VLLM_COMPOSE_SOURCES", "/tmp/sources"))
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (REAL_WHEEL.is_file() and (REAL_SOURCES / "pr46994-vllm-only.diff").is_file()),
-                    reason="real vLLM 0.26.0 wheel or the pinned PR diffs not on disk")
+@pytest.mark.skipif(
+    not (REAL_WHEEL.is_file() and (REAL_SOURCES / "pr46994-vllm-only.diff").is_file()),
+    reason="real vLLM 0.26.0 wheel or the pinned PR diffs not on disk",
+)
 def test_real_wheel_site_packages(tmp_path) -> None:
     """The real series onto the real 0.26.0 wheel's Python files, unpacked as site-packages."""
     site = tmp_path / "site-packages"
@@ -156,8 +190,21 @@ def test_real_wheel_site_packages(tmp_path) -> None:
             if not info.filename.endswith(".so"):
                 zf.extract(info, site)
     report = tmp_path / "overlay.json"
-    rc = main(["image-overlay", "--site-packages", str(site), "--series", str(ROOT / "series"),
-               "--sources", str(REAL_SOURCES), "--offline", "--no-import-smoke", "--json", str(report)])
+    rc = main(
+        [
+            "image-overlay",
+            "--site-packages",
+            str(site),
+            "--series",
+            str(ROOT / "series"),
+            "--sources",
+            str(REAL_SOURCES),
+            "--offline",
+            "--no-import-smoke",
+            "--json",
+            str(report),
+        ]
+    )
     data = json.loads(report.read_text())
     assert rc == 0, data["message"]
     assert data["version"].startswith("0.26.0+compose.46994.38476.g")

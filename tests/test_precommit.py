@@ -44,7 +44,20 @@ def test_audit_series_hook_needs_a_release_and_a_tag(tmp_path, capsys) -> None:
 
     series = toy.write_series(tmp_path / "series", tmp_path / "sources")
     # the scratch repository has no release: offline, the hook cannot obtain it and says so (exit 3)
-    assert main(["audit-series", "--series", str(series), "--onto", toy.TAG, "--sources",
-                 str(tmp_path / "sources"), "--offline"]) == 3
+    assert (
+        main(
+            [
+                "audit-series",
+                "--series",
+                str(series),
+                "--onto",
+                toy.TAG,
+                "--sources",
+                str(tmp_path / "sources"),
+                "--offline",
+            ]
+        )
+        == 3
+    )
     assert "not in the cache" in capsys.readouterr().err
     assert main(["audit-series", "--series", str(series)]) == 3

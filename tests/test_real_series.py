@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pygit2
 import pytest
-
 from conftest import GIT_ENV, REAL_CACHE_ROOT
+
 from vllm_compose import sources
 from vllm_compose.cli import main
 from vllm_compose.series import load_series
@@ -41,7 +41,8 @@ def composed(tmp_path_factory):
     missing = _missing_sources()
     if missing:
         pytest.skip(
-            "PR sources not in the cache: " + ", ".join(missing)
+            "PR sources not in the cache: "
+            + ", ".join(missing)
             + " — seed it once with scripts/rebase_series.py --onto v0.26.0 --sources DIR"
         )
     root = tmp_path_factory.mktemp("real")
@@ -93,7 +94,9 @@ def test_speculator_keyword_and_parameter_land_inside_call_and_signature(compose
     tree = ast.parse(_final(repo, "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py"))
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_multi_step_decode")
     assert "intermediate_tensors" in [a.arg for a in fn.args.args + fn.args.kwonlyargs]
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "_multi_step_decode"]
+    calls = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "_multi_step_decode"
+    ]
     assert calls and all("intermediate_tensors" in [k.arg for k in c.keywords] for c in calls)
 
 

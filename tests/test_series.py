@@ -87,9 +87,7 @@ def test_applies_to_handles_prereleases_and_rejects_non_release_tags():
 
 
 def test_branch_name_without_pr_entries(series_dir):
-    (series_dir / "patches" / "0001-fix.patch").write_bytes(
-        (CASES / "valid/patches/0001-fix.patch").read_bytes()
-    )
+    (series_dir / "patches" / "0001-fix.patch").write_bytes((CASES / "valid/patches/0001-fix.patch").read_bytes())
     (series_dir / "series.toml").write_text(
         '[[entry]]\nid = "fix"\nfile = "patches/0001-fix.patch"\nupstream_status = "Pending"\nwhy = "w"\n'
     )

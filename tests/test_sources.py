@@ -46,9 +46,7 @@ def sha(data: bytes) -> str:
 
 
 def pr_entry(**source) -> Entry:
-    return Entry(
-        id="pr7", kind="upstream-pr", upstream_status="Submitted", title="t", pr=7, source=Source(**source)
-    )
+    return Entry(id="pr7", kind="upstream-pr", upstream_status="Submitted", title="t", pr=7, source=Source(**source))
 
 
 # -- look-alike sdists -------------------------------------------------------------------------------------------
@@ -92,9 +90,7 @@ def index_json(files: dict[str, bytes | str]) -> bytes:
     doc = {"meta": {"api-version": "1.1"}, "name": "vllm", "files": []}
     for name, content in files.items():
         digest = content if isinstance(content, str) else sha(content)
-        doc["files"].append(
-            {"filename": name, "url": FILES + name, "hashes": {"sha256": digest}, "yanked": False}
-        )
+        doc["files"].append({"filename": name, "url": FILES + name, "hashes": {"sha256": digest}, "yanked": False})
     return json.dumps(doc).encode()
 
 
@@ -130,8 +126,7 @@ def test_corrupt_cache_file_is_removed_and_reported(cache):
         sources.fetch_entry_patch(entry, cache, offline=True)
     err = exc.value
     assert (
-        f"cache file {cache.blob_path(digest)} is corrupt (sha256 {sha(b'bit rot')}, expected {digest})"
-        in err.message
+        f"cache file {cache.blob_path(digest)} is corrupt (sha256 {sha(b'bit rot')}, expected {digest})" in err.message
     )
     assert "it was removed; run again to re-download" in err.message
     assert err.entry == "pr7"
@@ -224,9 +219,7 @@ def test_filter_patch_paths_on_plain_diffs_keeps_the_header():
 
 
 def _git(cwd, *args, env):
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -262,9 +255,7 @@ def test_commit_source_diff_from_the_repository(pr_repo):
     assert sources.resolve_entry_commits(entry, repo) == (pygit2.Oid(hex=base), pygit2.Oid(hex=c2))
     data = sources.fetch_entry_patch(entry, cache=sources.Cache(), repo=repo, offline=True)
     assert b"+import sys" in data and b"+++ b/docs/notes.md" in data
-    filtered = sources.fetch_entry_patch(
-        pr_entry(commits=(c1, c2), paths=("docs/*",)), sources.Cache(), repo=repo
-    )
+    filtered = sources.fetch_entry_patch(pr_entry(commits=(c1, c2), paths=("docs/*",)), sources.Cache(), repo=repo)
     assert b"pkg/model.py" not in filtered and b"docs/notes.md" in filtered
 
 
@@ -375,9 +366,7 @@ def test_html_index_is_understood(tmp_path, cache, fake_http):
     page = f'<html><body><a href="../../packages/vllm-1.2.0.tar.gz#sha256={sha(sdist)}">vllm-1.2.0.tar.gz</a></body></html>'
     fake_http.serve(PAGE, page.encode(), "text/html")
     fake_http.serve("https://index.example.invalid/packages/vllm-1.2.0.tar.gz", sdist)
-    commit = sources.ensure_release(
-        gitstore.open_or_init_repo(tmp_path / "r"), "v1.2.0", cache, index_url=INDEX
-    )
+    commit = sources.ensure_release(gitstore.open_or_init_repo(tmp_path / "r"), "v1.2.0", cache, index_url=INDEX)
     assert sources.release_provenance(commit)["Sdist-SHA256"] == sha(sdist)
 
 
@@ -397,8 +386,9 @@ def test_index_lists_sdists_and_wheels_from_json_or_html(fake_http, html):
         )
         fake_http.serve(PAGE, f"<html><body>{links}</body></html>".encode(), "text/html")
     else:
-        doc = {"files": [{"filename": n, "url": FILES + n, "hashes": {"sha256": h}, "yanked": bool(y)}
-                         for n, h, y in rows]}
+        doc = {
+            "files": [{"filename": n, "url": FILES + n, "hashes": {"sha256": h}, "yanked": bool(y)} for n, h, y in rows]
+        }
         fake_http.serve(PAGE, json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json")
     files = sources.list_index_files(INDEX)
     assert [(f.filename, f.sha256, str(f.version), f.is_wheel) for f in files] == [

@@ -138,9 +138,7 @@ def test_overlay_wheel_name_and_contents(built) -> None:
     new = _contents(out)
     assert _contents(stock)["vllm/platforms/cuda.py"] != new["vllm/platforms/cuda.py"]
     assert new["vllm/platforms/cuda.py"] == COMPOSED_CHANGES["vllm/platforms/cuda.py"]
-    assert (
-        new["vllm/attention/triton_mla_sparse.py"] == COMPOSED_CHANGES["vllm/attention/triton_mla_sparse.py"]
-    )
+    assert new["vllm/attention/triton_mla_sparse.py"] == COMPOSED_CHANGES["vllm/attention/triton_mla_sparse.py"]
     assert "vllm/models/mimo_mtp.py" not in new
     assert "tests/test_sparse.py" not in new
     assert not any(n.startswith(OLD_INFO) for n in new)
@@ -386,9 +384,7 @@ def serve_index(fake_http, stock: Path, sha: str | None = None, html: bool = Fal
         {"filename": "vllm-0.26.0.tar.gz", "url": "../../files/sdist.tar.gz", "hashes": {"sha256": "2" * 64}},
     ]
     if html:
-        links = "".join(
-            f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}">{f["filename"]}</a><br/>' for f in files
-        )
+        links = "".join(f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}">{f["filename"]}</a><br/>' for f in files)
         fake_http.serve(INDEX + "vllm/", f"<html><body>{links}</body></html>".encode(), "text/html")
     else:
         page = json.dumps({"meta": {"api-version": "1.1"}, "name": "vllm", "files": files}).encode()
@@ -472,9 +468,7 @@ SDIST = Path("/tmp/v0260/vllm-0.26.0")
 
 @pytest.mark.sdist
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (REAL_WHEEL.is_file() and SDIST.is_dir()), reason="real vLLM 0.26.0 wheel or sdist not on disk"
-)
+@pytest.mark.skipif(not (REAL_WHEEL.is_file() and SDIST.is_dir()), reason="real vLLM 0.26.0 wheel or sdist not on disk")
 def test_real_wheel_overlay(tmp_path: Path) -> None:
     base = DirTree(SDIST)
     changed = ["vllm/platforms/cuda.py", "vllm/model_executor/models/registry.py"]
@@ -529,9 +523,7 @@ def test_editable_install_env_and_argv(tmp_path: Path) -> None:
     assert plan.argv == ["/usr/bin/python3", "-m", "pip", "install", "--editable", str(tree.resolve())]
     assert plan.version == NEW_VERSION and plan.version_labelled
     assert sorted(plan.honoured) == sorted(plan.env)
-    assert plan.shell().startswith("VLLM_USE_PRECOMPILED=1 ") and plan.shell().endswith(
-        f"--editable {tree.resolve()}"
-    )
+    assert plan.shell().startswith("VLLM_USE_PRECOMPILED=1 ") and plan.shell().endswith(f"--editable {tree.resolve()}")
     no_iso = editable_install(tree, stock, LABEL, build_isolation=False)
     assert no_iso.argv[-1] == "--no-build-isolation" and no_iso.argv[0] == sys.executable
 

@@ -110,13 +110,17 @@ def _resolve(root: Path, rel: str, patch: str) -> Path:
     pure = PurePosixPath(rel)
     if pure.is_absolute() or ".." in pure.parts or rel in ("", "."):
         raise _bad_input(
-            f"path {rel!r} leaves the target directory", entry=patch, file=rel,
+            f"path {rel!r} leaves the target directory",
+            entry=patch,
+            file=rel,
             hint="the patch's file names must be relative paths inside the target; check the strip level (-p)",
         )
     path = root / pure
     if not path.resolve().is_relative_to(root.resolve()):
         raise _bad_input(
-            f"path {rel!r} resolves outside the target directory (through a symlink)", entry=patch, file=rel,
+            f"path {rel!r} resolves outside the target directory (through a symlink)",
+            entry=patch,
+            file=rel,
             hint="remove the symlink or apply to the directory it points into",
         )
     return path
@@ -150,13 +154,21 @@ def apply_patches(target_dir: Path, patches: list[Patch], dry_run: bool = False,
                 if rel in files:
                     continue
                 if path.exists() and not path.is_file():
-                    raise _bad_input(f"{rel!r} is not a regular file", entry=patch.name, file=rel,
-                                     hint="the patch must name files, not directories")
+                    raise _bad_input(
+                        f"{rel!r} is not a regular file",
+                        entry=patch.name,
+                        file=rel,
+                        hint="the patch must name files, not directories",
+                    )
                 try:
                     data = path.read_bytes() if path.is_file() else None
                 except OSError as exc:
-                    raise _bad_input(f"cannot read {rel!r}: {exc.strerror}", entry=patch.name, file=rel,
-                                     hint="check the file's permissions") from exc
+                    raise _bad_input(
+                        f"cannot read {rel!r}: {exc.strerror}",
+                        entry=patch.name,
+                        file=rel,
+                        hint="check the file's permissions",
+                    ) from exc
                 mode = path.stat().st_mode & 0o7777 if data is not None else None
                 files[rel] = _FileWork(rel, data, decode_text(data) if data is not None else None, mode, mode)
 
@@ -208,7 +220,7 @@ def _apply_file(label: str, fp: FilePatch, files: dict[str, _FileWork], markers:
 
     result = place_file(fp, src.text, fp.path)
     placements = result.placements
-    for h, p in zip(fp.hunks, placements):
+    for h, p in zip(fp.hunks, placements, strict=True):
         reason = p.evidence or str(p.verdict)
         if p.verdict is Verdict.CONFLICT and result.parse_error and result.parse_error not in reason:
             reason += f" (file no longer parses: {result.parse_error})"
@@ -252,8 +264,13 @@ def _with_markers(lines: list[str], placements: list[Placement]) -> list[str]:
             else:
                 start = max(0, min(len(lines), p.hunk.old_start - 1))
             end = min(len(lines), start + len(pre)) if p.candidates else start
-            edits.append((start, end, [MARKER_OURS, *lines[start:end], MARKER_BASE, *pre, MARKER_SEP,
-                                      *p.hunk.post_image, MARKER_THEIRS]))
+            edits.append(
+                (
+                    start,
+                    end,
+                    [MARKER_OURS, *lines[start:end], MARKER_BASE, *pre, MARKER_SEP, *p.hunk.post_image, MARKER_THEIRS],
+                )
+            )
     out: list[str] = []
     at = 0
     for start, end, repl in sorted(edits, key=lambda e: (e[0], e[1])):

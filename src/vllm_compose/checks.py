@@ -154,9 +154,7 @@ def run_checks(
     if import_smoke:
         report.results.append(check_import_smoke(composed, py_paths, entry_id, python, smoke_timeout))
     else:
-        report.results.append(
-            CheckResult("import-smoke", SKIPPED, reason="import smoke disabled by the caller")
-        )
+        report.results.append(CheckResult("import-smoke", SKIPPED, reason="import smoke disabled by the caller"))
     return report
 
 
@@ -179,9 +177,16 @@ def check_compile(
             line, message = error
             before = stock.read(path) if stock is not None else None
             if before is not None and _compile_error(before, path) is not None:
-                result.findings.append(Finding("compile", "warning", path, line,
-                                               message + " (the release's file does not compile either)",
-                                               entry=entry_id))
+                result.findings.append(
+                    Finding(
+                        "compile",
+                        "warning",
+                        path,
+                        line,
+                        message + " (the release's file does not compile either)",
+                        entry=entry_id,
+                    )
+                )
             else:
                 result.findings.append(Finding("compile", "error", path, line, message, entry=entry_id))
     if any(f.severity == "error" for f in result.findings):
@@ -290,10 +295,14 @@ def _load_memo(key: str):
 
 def _store_memo(key: str, messages: list | None) -> None:
     """Best effort: a cache that cannot be written only costs time."""
-    data = None if messages is None else [
-        [type(m).__name__, m.lineno, m.col, [a if isinstance(a, (int, str)) else str(a) for a in m.message_args]]
-        for m in messages
-    ]
+    data = (
+        None
+        if messages is None
+        else [
+            [type(m).__name__, m.lineno, m.col, [a if isinstance(a, (int, str)) else str(a) for a in m.message_args]]
+            for m in messages
+        ]
+    )
     path = _memo_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -324,9 +333,7 @@ def _message_key(message) -> tuple[str, str]:
     return type(message).__name__, str(arg)
 
 
-def _new_messages(
-    old: list, new: list, old_source: bytes | None, new_source: bytes
-) -> list[tuple[object, str]]:
+def _new_messages(old: list, new: list, old_source: bytes | None, new_source: bytes) -> list[tuple[object, str]]:
     """Messages in `new` beyond the count of the same (kind, name) in `old`, with their severity.
 
     When a (kind, name) occurs more often than before, the surplus is taken from the occurrences on lines the entry

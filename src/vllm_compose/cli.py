@@ -32,20 +32,34 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR (offline use)")
     r.add_argument("--cache", type=Path, metavar="DIR", help="cache folder (default: $VLLM_COMPOSE_CACHE or XDG)")
     r.add_argument("--offline", action="store_true", help="use only the repository, the cache and --sources")
-    r.add_argument("--worktree", type=Path, metavar="DIR",
-                   help="where a conflict is left for a person (default: <repo>/../vllm-compose-conflict-<tag>)")
+    r.add_argument(
+        "--worktree",
+        type=Path,
+        metavar="DIR",
+        help="where a conflict is left for a person (default: <repo>/../vllm-compose-conflict-<tag>)",
+    )
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--continue", dest="resume", action="store_true",
-                   help="record the resolution in the worktree as a new skew-fix entry and go on")
+    g.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="record the resolution in the worktree as a new skew-fix entry and go on",
+    )
     g.add_argument("--abort", action="store_true", help="drop a stopped compose (keeps a worktree you edited)")
     r.add_argument("--message", "-m", help="with --continue: the fix's commit message (subject, blank, body)")
-    r.add_argument("--accept-check-failures", action="store_true",
-                   help="write the branch although checks fail (recorded in the report)")
+    r.add_argument(
+        "--accept-check-failures",
+        action="store_true",
+        help="write the branch although checks fail (recorded in the report)",
+    )
     r.add_argument("--allow-dirty", action="store_true", help="go on although the repository has local changes")
     r.add_argument("--force", action="store_true", help="replace a branch whose tip was not written by this tool")
     r.add_argument("--no-checks", action="store_true", help="skip the per-entry checks (recorded in the report)")
-    r.add_argument("--no-import-smoke", action="store_true",
-                   help="skip importing the changed modules (it runs only where the vLLM runtime is importable)")
+    r.add_argument(
+        "--no-import-smoke",
+        action="store_true",
+        help="skip importing the changed modules (it runs only where the vLLM runtime is importable)",
+    )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress display")
 
     a = sub.add_parser("apply", help="apply a series or patches onto a plain directory (e.g. site-packages)")
@@ -73,8 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate a series folder (series.toml and its patches)")
     v.add_argument("--series", default=DEFAULTS["series"], type=Path)
 
-    st = sub.add_parser("status", help="compose onto each tag (no branch state kept on conflict) and write the "
-                        "status table")
+    st = sub.add_parser(
+        "status", help="compose onto each tag (no branch state kept on conflict) and write the status table"
+    )
     st.add_argument("--onto", action="append", required=True, metavar="TAG", help="repeat for each release")
     st.add_argument("--series", default=DEFAULTS["series"], type=Path)
     st.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
@@ -106,10 +121,19 @@ def _artifact_parsers(sub) -> None:
         x.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
 
     def stock_args(x) -> None:
-        x.add_argument("--stock-wheel", type=Path, metavar="FILE", help="the stock vLLM wheel of the release "
-                       "(default: fetched from the index into the wheel cache)")
-        x.add_argument("--wheel-cache", type=Path, metavar="DIR", help="cache folder for the stock wheel, which "
-                       "appears as DIR/wheels/<name> (default: $VLLM_COMPOSE_CACHE or XDG)")
+        x.add_argument(
+            "--stock-wheel",
+            type=Path,
+            metavar="FILE",
+            help="the stock vLLM wheel of the release (default: fetched from the index into the wheel cache)",
+        )
+        x.add_argument(
+            "--wheel-cache",
+            type=Path,
+            metavar="DIR",
+            help="cache folder for the stock wheel, which "
+            "appears as DIR/wheels/<name> (default: $VLLM_COMPOSE_CACHE or XDG)",
+        )
         x.add_argument("--index-url", help="package index for the stock wheel (default: the one pip uses)")
         x.add_argument("--offline", action="store_true", help="use only the stock wheel already in the cache")
 
@@ -151,10 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console command and the scripts; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
-        handler = {"rebase": _rebase, "apply": _apply, "check-fuzz": _check_fuzz, "validate": _validate,
-                   "status": _status, "series-diff": _series_diff}
-        handler.update({"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay,
-                        "audit-series": _audit_series})
+        handler = {
+            "rebase": _rebase,
+            "apply": _apply,
+            "check-fuzz": _check_fuzz,
+            "validate": _validate,
+            "status": _status,
+            "series-diff": _series_diff,
+        }
+        handler.update(
+            {"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay, "audit-series": _audit_series}
+        )
         return int(handler[args.command](args))
     except ComposeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -330,18 +361,24 @@ def _editable(args) -> int:
     branch_mod.require_checked_out(branch, args.repo)
     with _progress(False) as progress:
         stock = _stock_wheel(args, branch.version, progress)
-    install = editable_install(args.repo, stock, branch.label, python=args.python,
-                               build_isolation=not args.no_build_isolation)
+    install = editable_install(
+        args.repo, stock, branch.label, python=args.python, build_isolation=not args.no_build_isolation
+    )
     if not install.version_labelled:
-        print(f"warning: {args.repo}/setup.py does not read VLLM_VERSION_OVERRIDE; the install will not say "
-              f"{install.version}", file=sys.stderr)
+        print(
+            f"warning: {args.repo}/setup.py does not read VLLM_VERSION_OVERRIDE; the install will not say "
+            f"{install.version}",
+            file=sys.stderr,
+        )
     print(install.shell())
     if not args.run:
         return ExitCode.OK
     done = subprocess.run(install.argv, env={**os.environ, **install.env}, check=False)
     if done.returncode != 0:
-        raise ComposeError(f"pip install -e {args.repo} failed (exit {done.returncode})",
-                           hint="read pip's output above; the command is printed above to rerun by hand")
+        raise ComposeError(
+            f"pip install -e {args.repo} failed (exit {done.returncode})",
+            hint="read pip's output above; the command is printed above to rerun by hand",
+        )
     print(f"installed vllm {install.version} (editable, precompiled kernels from {stock.name})")
     return ExitCode.OK
 
@@ -351,8 +388,13 @@ def _image_overlay(args) -> int:
     from .report import write_json
 
     result = overlay_site_packages(
-        args.site_packages, args.series, _cache(args), tag=args.onto, offline=args.offline,
-        import_smoke=not args.no_import_smoke, dry_run=args.dry_run,
+        args.site_packages,
+        args.series,
+        _cache(args),
+        tag=args.onto,
+        offline=args.offline,
+        import_smoke=not args.no_import_smoke,
+        dry_run=args.dry_run,
     )
     print(result.render(), end="")
     if args.json:
@@ -407,8 +449,7 @@ def _audit_series(args) -> int:
     worst = ExitCode.OK
     for tag in args.onto:
         with tempfile.TemporaryDirectory(prefix="vllm-compose-audit-") as tmp:
-            options = replay.ComposeOptions(offline=args.offline, import_smoke=False,
-                                            worktree=Path(tmp) / "conflict")
+            options = replay.ComposeOptions(offline=args.offline, import_smoke=False, worktree=Path(tmp) / "conflict")
             result = replay.Composer(args.series, Path(tmp) / "repo", _cache(args), options).run(tag)
         print(render_compose(result), end="")
         worst = max(worst, result.exit_code)
@@ -428,8 +469,9 @@ class _progress:
             return None
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                             transient=True)
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True
+        )
         self._bar.start()
         return self._update
 

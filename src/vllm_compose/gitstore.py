@@ -101,9 +101,7 @@ def commit_tree(
     committer: pygit2.Signature | None = None,
 ) -> pygit2.Oid:
     """Write a commit object for `tree_id` without moving any ref; returns its id."""
-    return repo.create_commit(
-        None, author, committer or author, message, _oid(tree_id), [_oid(p) for p in parents]
-    )
+    return repo.create_commit(None, author, committer or author, message, _oid(tree_id), [_oid(p) for p in parents])
 
 
 def _oid(value: pygit2.Oid | str) -> pygit2.Oid:
@@ -113,9 +111,7 @@ def _oid(value: pygit2.Oid | str) -> pygit2.Oid:
 def _split(path: str) -> list[str]:
     parts = [p for p in path.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts) or path.startswith("/"):
-        raise RepositoryError(
-            f"path {path!r} cannot be stored in a git tree", file=path, hint="use a relative path"
-        )
+        raise RepositoryError(f"path {path!r} cannot be stored in a git tree", file=path, hint="use a relative path")
     return parts
 
 
@@ -141,9 +137,7 @@ def tree_with_changes(
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise RepositoryError(
-                    f"{path!r} needs {part!r} to be a folder, but it is changed as a file", file=path
-                )
+                raise RepositoryError(f"{path!r} needs {part!r} to be a folder, but it is changed as a file", file=path)
             node = child
         if isinstance(node.get(parts[-1]), dict):
             raise RepositoryError(f"{path!r} is changed both as a file and as a folder", file=path)
@@ -154,9 +148,7 @@ def tree_with_changes(
     return oid
 
 
-def _apply_nested(
-    repo: pygit2.Repository, tree: pygit2.Tree | None, nested: dict, prefix: str
-) -> pygit2.Oid | None:
+def _apply_nested(repo: pygit2.Repository, tree: pygit2.Tree | None, nested: dict, prefix: str) -> pygit2.Oid | None:
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
     for name, change in nested.items():
         existing = builder.get(name)
@@ -240,9 +232,7 @@ def _git(repo: pygit2.Repository, *args: str) -> subprocess.CompletedProcess:
 
 def _check_ref_name(name: str) -> None:
     if not name.startswith("refs/") or not pygit2.reference_is_valid_name(name):
-        raise RepositoryError(
-            f"{name!r} is not a valid full ref name", hint="use a name like refs/heads/<branch>"
-        )
+        raise RepositoryError(f"{name!r} is not a valid full ref name", hint="use a name like refs/heads/<branch>")
 
 
 def ref_target(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:
@@ -303,9 +293,7 @@ def read_state_ref(repo: pygit2.Repository, ref: str = STATE_REF) -> dict | None
         return None
     obj = repo[oid]
     if obj.type != ObjectType.BLOB:
-        raise RepositoryError(
-            f"{ref} does not point at a state blob", hint=f"remove it with `git update-ref -d {ref}`"
-        )
+        raise RepositoryError(f"{ref} does not point at a state blob", hint=f"remove it with `git update-ref -d {ref}`")
     try:
         doc = json.loads(obj.data)
     except ValueError as exc:
@@ -313,11 +301,7 @@ def read_state_ref(repo: pygit2.Repository, ref: str = STATE_REF) -> dict | None
             f"the state under {ref} is not valid JSON ({exc})",
             hint=f"remove it with `git update-ref -d {ref}`",
         ) from None
-    if (
-        not isinstance(doc, dict)
-        or doc.get("format") != STATE_FORMAT
-        or not isinstance(doc.get("state"), dict)
-    ):
+    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT or not isinstance(doc.get("state"), dict):
         found = doc.get("format") if isinstance(doc, dict) else None
         raise RepositoryError(
             f"the state under {ref} has format {found!r}; this version reads format {STATE_FORMAT}",

@@ -137,9 +137,7 @@ class Hunk:
                 self.new_no_newline and i == last_new and op == "+"
             ):
                 out.append("\\ No newline at end of file")
-            elif op == " " and (
-                (self.old_no_newline and i == last_old) or (self.new_no_newline and i == last_new)
-            ):
+            elif op == " " and ((self.old_no_newline and i == last_old) or (self.new_no_newline and i == last_new)):
                 out.append("\\ No newline at end of file")
         return "\n".join(out) + "\n"
 
@@ -296,8 +294,10 @@ def parse_patch(data: bytes | str, name: str = "<patch>", strip: int = 1) -> Pat
                 header_end = i
             old = strip_path(decode_text(line[4:].rstrip(b"\r")), strip, name, i + 1)
             new = strip_path(decode_text(raw_lines[i + 1][4:].rstrip(b"\r")), strip, name, i + 2)
-            if current is None or current.hunks or (
-                current.old_path != old and current.new_path != new and not current.is_rename
+            if (
+                current is None
+                or current.hunks
+                or (current.old_path != old and current.new_path != new and not current.is_rename)
             ):
                 current = FilePatch(old_path=old, new_path=new)
                 files.append(current)
@@ -357,7 +357,9 @@ def _parse_hunk(raw: list[bytes], i: int, index: int, path: str, name: str) -> t
     m = _HUNK_HEADER.match(raw[i])
     if not m:
         raise PatchFormatError(
-            f"line {i + 1}: malformed hunk header {decode_text(raw[i])!r}", file=name, hunk=index,
+            f"line {i + 1}: malformed hunk header {decode_text(raw[i])!r}",
+            file=name,
+            hunk=index,
             hint="expected '@@ -START[,LEN] +START[,LEN] @@'",
         )
     old_start, new_start = int(m.group(1)), int(m.group(3))
@@ -372,7 +374,9 @@ def _parse_hunk(raw: list[bytes], i: int, index: int, path: str, name: str) -> t
             raise PatchFormatError(
                 f"line {header_line + 1}: hunk ends early (expected {old_len} old / {new_len} new lines, "
                 f"found {old_seen} / {new_seen})",
-                file=name, hunk=index, hint=f"the patch is truncated in its section for {path!r}",
+                file=name,
+                hunk=index,
+                hint=f"the patch is truncated in its section for {path!r}",
             )
         line = raw[i]
         op = line[:1]
@@ -394,13 +398,16 @@ def _parse_hunk(raw: list[bytes], i: int, index: int, path: str, name: str) -> t
         else:
             raise PatchFormatError(
                 f"line {i + 1}: unexpected line inside hunk: {decode_text(line)[:60]!r}",
-                file=name, hunk=index,
+                file=name,
+                hunk=index,
                 hint=f"the hunk's line counts ({old_len} old, {new_len} new) do not match its body in {path!r}",
             )
         if old_seen > old_len or new_seen > new_len:
             raise PatchFormatError(
                 f"line {i + 1}: hunk body longer than its header says ({old_len} old, {new_len} new)",
-                file=name, hunk=index, hint="the patch was edited by hand; fix the @@ counts",
+                file=name,
+                hunk=index,
+                hint="the patch was edited by hand; fix the @@ counts",
             )
         i += 1
     if i < len(raw) and raw[i].startswith(b"\\"):

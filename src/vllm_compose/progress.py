@@ -23,9 +23,7 @@ class Throttled:
     Readers call back per chunk; a rich bar needs far fewer updates than a 38 MB download has chunks.
     """
 
-    def __init__(
-        self, callback: ProgressCallback | None, event: str, total: int | None, step: int = 1 << 20
-    ) -> None:
+    def __init__(self, callback: ProgressCallback | None, event: str, total: int | None, step: int = 1 << 20) -> None:
         self.callback = callback or no_progress
         self.event = event
         self.total = total

@@ -309,8 +309,7 @@ class Composer:
             if entry.patch is not None:
                 patches[entry.id] = entry.patch
                 continue
-            data = fetch_entry_patch(entry, self.cache, offline=self.options.offline, progress=self.progress,
-                                     repo=repo)
+            data = fetch_entry_patch(entry, self.cache, offline=self.options.offline, progress=self.progress, repo=repo)
             strip = entry.source.strip if entry.source else 1
             try:
                 patches[entry.id] = parse_patch(data, name=entry.id, strip=strip)
@@ -353,8 +352,9 @@ class Composer:
             for h in fp.hunks:
                 pl = by_index.get(h.index) or place_hunk(h, target_lines, fp.path)
                 scope = pl.scope.describe() if pl.scope else None
-                ho = HunkOutcome(fp.path, h.index, str(pl.verdict), pl.landing_line, scope, pl.evidence,
-                                 resolved_by=carrier[h.index])
+                ho = HunkOutcome(
+                    fp.path, h.index, str(pl.verdict), pl.landing_line, scope, pl.evidence, resolved_by=carrier[h.index]
+                )
                 if pl.verdict is Verdict.CONFLICT and not ho.resolved_by:
                     open_conflicts.append((fp, pl))
                 outcome.hunks.append(ho)
@@ -483,8 +483,12 @@ class Composer:
         from . import checks
 
         changed = sorted({p for p in _changed_paths(self.repo, base.tree, head.tree)})
-        report = checks.run_checks(GitTree(self.repo, base.tree), GitTree(self.repo, head.tree), changed,
-                                   import_smoke=self.options.import_smoke)
+        report = checks.run_checks(
+            GitTree(self.repo, base.tree),
+            GitTree(self.repo, head.tree),
+            changed,
+            import_smoke=self.options.import_smoke,
+        )
         data = report.to_json()
         first_seen: dict[tuple, str] = {}
         for e in entries:
@@ -532,7 +536,12 @@ class Composer:
 
     # ------------------------------------------------------------------------------------------- conflict
     def _stop_on_conflict(
-        self, repo: pygit2.Repository, series: Series, tag: str, result: ComposeResult, head: pygit2.Commit,
+        self,
+        repo: pygit2.Repository,
+        series: Series,
+        tag: str,
+        result: ComposeResult,
+        head: pygit2.Commit,
         step: _Step,
     ) -> ComposeResult:
         result.status = "conflict"
@@ -544,8 +553,13 @@ class Composer:
         if step.outcome.status == "conflict" and step.file_placements:
             written = _write_conflict_worktree(worktree, step)
             result.worktree = str(worktree)
-        gitstore.update_ref_atomically(repo, WIP_REF, head.id, gitstore.ref_target(repo, WIP_REF),
-                                       message="vllm-compose: keep commits of a stopped compose")
+        gitstore.update_ref_atomically(
+            repo,
+            WIP_REF,
+            head.id,
+            gitstore.ref_target(repo, WIP_REF),
+            message="vllm-compose: keep commits of a stopped compose",
+        )
         state = {
             "tag": tag,
             "branch": result.branch,
@@ -554,14 +568,11 @@ class Composer:
             "head": str(head.id),
             "worktree": str(worktree) if written else None,
             "written": written,
-            "conflicts": [
-                {"file": fp.path, "hunk": pl.hunk.index} for fp, pl in step.open_conflicts if fp is not None
-            ],
+            "conflicts": [{"file": fp.path, "hunk": pl.hunk.index} for fp, pl in step.open_conflicts if fp is not None],
         }
         gitstore.write_state_ref(repo, STATE_REF, state)
-        result.message = (
-            f"stopped at entry {step.entry.id!r}: {step.outcome.reason}"
-            + (f"\nthe entry's files are in {worktree} with conflict markers" if written else "")
+        result.message = f"stopped at entry {step.entry.id!r}: {step.outcome.reason}" + (
+            f"\nthe entry's files are in {worktree} with conflict markers" if written else ""
         )
         return result
 
@@ -578,7 +589,8 @@ def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | 
     if worktree is None or not worktree.is_dir():
         raise RepositoryError(
             f"the conflict of entry {entry_id!r} on {tag} has no worktree to read a resolution from",
-            entry=entry_id, tag=tag,
+            entry=entry_id,
+            tag=tag,
             hint="edit the series by hand (narrow the entry or add a fix), then --abort and compose again",
         )
     series = load_series(series_dir)
@@ -600,7 +612,9 @@ def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | 
         if MARKER_RE.search(text):
             line = text[: MARKER_RE.search(text).start()].count("\n") + 1
             raise ConflictError(
-                f"conflict markers remain at line {line}", file=rel, entry=entry_id,
+                f"conflict markers remain at line {line}",
+                file=rel,
+                entry=entry_id,
                 hint=f"edit {edited} until no <<<<<<< / ======= / >>>>>>> lines remain, then --continue",
             )
         placed = step.changes.get(rel, base_tree.read(rel))
@@ -618,8 +632,17 @@ def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | 
         + " conflicted. This fix was recorded from a person's resolution (vllm-compose --continue) and carries "
         "those hunks in the form that fits this release."
     )
-    text = format_patch(subject, body, "vllm-compose maintainers <maintainers@vllm-compose.invalid>",
-                        "Thu, 01 Jan 1970 00:00:00 +0000", diff) if diff else None
+    text = (
+        format_patch(
+            subject,
+            body,
+            "vllm-compose maintainers <maintainers@vllm-compose.invalid>",
+            "Thu, 01 Jan 1970 00:00:00 +0000",
+            diff,
+        )
+        if diff
+        else None
+    )
     resolves = [f"{entry_id}:{f}#{h}" for f, h in conflicts]
     _write_fix_entry(series_dir, entry_id, fix_id, fname, text, subject, tag, resolves)
     gitstore.delete_ref(repo, STATE_REF)
@@ -639,7 +662,8 @@ def abort(repo_dir: Path) -> str:
     worktree = Path(state["worktree"]) if state.get("worktree") else None
     if worktree and worktree.is_dir():
         edited = [
-            rel for rel, digest in state.get("written", {}).items()
+            rel
+            for rel, digest in state.get("written", {}).items()
             if not (worktree / rel).is_file() or _sha((worktree / rel).read_bytes()) != digest
         ]
         if edited:
@@ -668,8 +692,7 @@ def _carried_hunks(entries: list[Entry]) -> dict[tuple[str, str, int], str]:
 def _placed_only(patch: Patch, outcome: EntryOutcome) -> Patch:
     """The entry's patch without the hunks that did not go in (carried by fixes, or already upstream): the audit
     checks what this commit claims to contain."""
-    skip = {(h.file, h.hunk) for h in outcome.hunks
-            if h.resolved_by or h.verdict in ("conflict", "already-applied")}
+    skip = {(h.file, h.hunk) for h in outcome.hunks if h.resolved_by or h.verdict in ("conflict", "already-applied")}
     files = []
     for fp in patch.files:
         kept = [h for h in fp.hunks if (fp.path, h.index) not in skip]
@@ -699,8 +722,10 @@ def _commit_message(entry: Entry, outcome: EntryOutcome, patch: Patch, tag: str)
     lines.append(f"Series-Entry: {entry.id}")
     if entry.pr:
         lines.append(f"Upstream-PR: {entry.pr_url or entry.pr}")
-    lines.append(f"Upstream-Status: {entry.upstream_status}"
-                 + (f" ({entry.upstream_status_detail})" if entry.upstream_status_detail else ""))
+    lines.append(
+        f"Upstream-Status: {entry.upstream_status}"
+        + (f" ({entry.upstream_status_detail})" if entry.upstream_status_detail else "")
+    )
     if entry.source and entry.source.sha256:
         lines.append(f"Source-Sha256: {entry.source.sha256}")
     if entry.source and entry.source.commits:
@@ -754,13 +779,20 @@ def _new_fix_id(series: Series, entry_id: str, tag: str) -> str:
 
 
 def _next_patch_number(series_dir: Path) -> int:
-    numbers = [int(m.group(1)) for p in (series_dir / "patches").glob("*.patch")
-               if (m := re.match(r"(\d{4})-", p.name))]
+    numbers = [
+        int(m.group(1)) for p in (series_dir / "patches").glob("*.patch") if (m := re.match(r"(\d{4})-", p.name))
+    ]
     return max(numbers, default=0) + 1
 
 
 def _write_fix_entry(
-    series_dir: Path, after_entry: str, fix_id: str, fname: str, patch_text: str | None, title: str, tag: str,
+    series_dir: Path,
+    after_entry: str,
+    fix_id: str,
+    fname: str,
+    patch_text: str | None,
+    title: str,
+    tag: str,
     resolves: list[str],
 ) -> None:
     """Add the patch file and an `[[entry]]` right after `after_entry`'s block in series.toml (atomically)."""
@@ -769,7 +801,9 @@ def _write_fix_entry(
     if patch_text is None:
         raise ConflictError(
             "the worktree holds exactly what the engine placed: no resolution to record",
-            entry=after_entry, tag=tag, hint="edit the files to carry the conflicting hunks, or --abort",
+            entry=after_entry,
+            tag=tag,
+            hint="edit the files to carry the conflicting hunks, or --abort",
         )
     (series_dir / "patches").mkdir(exist_ok=True)
     _atomic_write(series_dir / "patches" / fname, patch_text.encode())
@@ -789,8 +823,9 @@ def _write_fix_entry(
     starts = [m.start() for m in re.finditer(r"(?m)^\[\[entry\]\]", text)]
     pos = len(text)
     for i, s in enumerate(starts):
-        if re.search(rf'(?m)^id\s*=\s*"{re.escape(after_entry)}"', text[s: starts[i + 1] if i + 1 < len(starts)
-                                                                     else len(text)]):
+        if re.search(
+            rf'(?m)^id\s*=\s*"{re.escape(after_entry)}"', text[s : starts[i + 1] if i + 1 < len(starts) else len(text)]
+        ):
             pos = starts[i + 1] if i + 1 < len(starts) else len(text)
             break
     new_text = text[:pos].rstrip("\n") + "\n" + block + ("\n" + text[pos:] if pos < len(text) else "")
@@ -812,5 +847,15 @@ def compose(series_dir: Path, repo_dir: Path, tag: str, **kw) -> ComposeResult:
     return Composer(series_dir, repo_dir, **kw).run(tag)
 
 
-__all__ = ["Composer", "ComposeOptions", "ComposeResult", "EntryOutcome", "HunkOutcome", "abort", "compose",
-           "resume", "RefusedError", "Hunk"]
+__all__ = [
+    "Composer",
+    "ComposeOptions",
+    "ComposeResult",
+    "EntryOutcome",
+    "HunkOutcome",
+    "abort",
+    "compose",
+    "resume",
+    "RefusedError",
+    "Hunk",
+]

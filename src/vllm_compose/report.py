@@ -21,7 +21,9 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
             fh.write("\n")
         os.replace(tmp, path)
     except OSError as exc:
-        raise ComposeError(f"cannot write the JSON report {path}: {exc.strerror}", hint="pass a writable --json path")
+        raise ComposeError(
+            f"cannot write the JSON report {path}: {exc.strerror}", hint="pass a writable --json path"
+        ) from exc
 
 
 def _counts(hunks) -> str:
@@ -48,12 +50,7 @@ def render_compose(result) -> str:
                     out.append(f"  {''.ljust(width)}  check {c['name']} after this entry: {len(errors)} error(s)")
                     for f in errors[:5]:
                         out.append(f"  {''.ljust(width)}    {f.get('file')}:{f.get('line')}: {f.get('message')}")
-    notable = [
-        (e.id, h)
-        for e in result.entries
-        for h in e.hunks
-        if h.verdict not in ("exact", "offset")
-    ]
+    notable = [(e.id, h) for e in result.entries for h in e.hunks if h.verdict not in ("exact", "offset")]
     if notable:
         out += ["", "hunks that needed more than an offset:"]
         for eid, h in notable:

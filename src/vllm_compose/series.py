@@ -250,9 +250,7 @@ def load_series(directory: str | Path) -> Series:
         raise chk.error("[series] must be a table", key="series")
     for key, value in meta.items():
         if key not in _SERIES_KEYS:
-            raise chk.error(
-                f"unknown key {key!r} in [series]", key=key, hint=f"known keys: {sorted(_SERIES_KEYS)}"
-            )
+            raise chk.error(f"unknown key {key!r} in [series]", key=key, hint=f"known keys: {sorted(_SERIES_KEYS)}")
         if not isinstance(value, str):
             raise chk.error(f"[series] {key} must be a string", key=key)
 
@@ -279,9 +277,7 @@ def load_series(directory: str | Path) -> Series:
     return Series(path=directory, entries=entries, meta=dict(meta))
 
 
-def _str(
-    chk: _Checker, table: dict, key: str, eid: str, required: bool = False, hint: str | None = None
-) -> str:
+def _str(chk: _Checker, table: dict, key: str, eid: str, required: bool = False, hint: str | None = None) -> str:
     value = table.get(key)
     if value is None:
         if required:
@@ -298,9 +294,7 @@ def _load_entry(chk: _Checker, directory: Path, table: dict, index: int, earlier
     raw_id = table.get("id")
     label = raw_id if isinstance(raw_id, str) and raw_id else f"#{index}"
     if raw_id is None:
-        raise chk.error(
-            f"entry #{index} has no id", entry=label, key="id", hint='add id = "..." to every entry'
-        )
+        raise chk.error(f"entry #{index} has no id", entry=label, key="id", hint='add id = "..." to every entry')
     if not isinstance(raw_id, str) or not _ID.match(raw_id):
         raise chk.error(
             f"invalid id {raw_id!r}",
@@ -321,16 +315,13 @@ def _load_entry(chk: _Checker, directory: Path, table: dict, index: int, earlier
     has_pr, has_file = "pr" in table, "file" in table
     if has_pr == has_file:
         raise chk.error(
-            "an entry has either `pr` (upstream PR) or `file` (local patch)"
-            + (", not both" if has_pr else ""),
+            "an entry has either `pr` (upstream PR) or `file` (local patch)" + (", not both" if has_pr else ""),
             entry=eid,
             key="pr" if has_pr else "file",
             hint='an upstream PR: pr = N plus [entry.source]; a local fix: file = "patches/NNNN-name.patch"',
         )
 
-    status = _str(
-        chk, table, "upstream_status", eid, required=True, hint=f"one of: {', '.join(UPSTREAM_STATUSES)}"
-    )
+    status = _str(chk, table, "upstream_status", eid, required=True, hint=f"one of: {', '.join(UPSTREAM_STATUSES)}")
     if status not in UPSTREAM_STATUSES:
         raise chk.error(
             f"upstream_status {status!r} is not a known status",
@@ -373,9 +364,7 @@ def _load_pr(chk: _Checker, table: dict, entry: Entry) -> None:
     eid = entry.id
     pr = table["pr"]
     if not isinstance(pr, int) or isinstance(pr, bool) or pr <= 0:
-        raise chk.error(
-            f"pr must be a positive integer, not {pr!r}", entry=eid, key="pr", hint="e.g. pr = 46994"
-        )
+        raise chk.error(f"pr must be a positive integer, not {pr!r}", entry=eid, key="pr", hint="e.g. pr = 46994")
     entry.pr = pr
     entry.pr_url = _str(chk, table, "pr_url", eid) or None
     released = _str(chk, table, "upstream_release", eid)
@@ -385,18 +374,20 @@ def _load_pr(chk: _Checker, table: dict, entry: Entry) -> None:
         except InvalidVersion:
             raise chk.error(
                 f"upstream_release {released!r} is not a release version",
-                entry=eid, key="upstream_release", hint='e.g. upstream_release = "0.30.0"',
+                entry=eid,
+                key="upstream_release",
+                hint='e.g. upstream_release = "0.30.0"',
             ) from None
         if entry.upstream_status not in ("Accepted", "Backport"):
             raise chk.error(
                 f"upstream_release needs upstream_status Accepted or Backport, not {entry.upstream_status!r}",
-                entry=eid, key="upstream_release", hint="a PR ships in a release only once upstream accepted it",
+                entry=eid,
+                key="upstream_release",
+                hint="a PR ships in a release only once upstream accepted it",
             )
         entry.upstream_release = released
     if not entry.title:
-        raise chk.error(
-            "missing required key 'title'", entry=eid, key="title", hint="the PR's title, for reports"
-        )
+        raise chk.error("missing required key 'title'", entry=eid, key="title", hint="the PR's title, for reports")
     for key in ("resolves",):
         if key in table:
             raise chk.error(f"{key} is only allowed on local entries", entry=eid, key=key)
@@ -469,9 +460,7 @@ def _load_local(chk: _Checker, directory: Path, table: dict, entry: Entry, earli
             raise chk.error(f"{key} is only allowed on upstream PR entries", entry=eid, key=key)
     rel = table["file"]
     if not isinstance(rel, str) or not rel:
-        raise chk.error(
-            "file must be a path string", entry=eid, key="file", hint='e.g. file = "patches/0001-x.patch"'
-        )
+        raise chk.error("file must be a path string", entry=eid, key="file", hint='e.g. file = "patches/0001-x.patch"')
     rel_path = Path(rel)
     if rel_path.is_absolute() or ".." in rel_path.parts:
         raise chk.error(
@@ -559,6 +548,5 @@ def _check_resolves(chk: _Checker, entries: list[Entry]) -> None:
                     f"resolves item '{r}' names a hunk that {r.entry!r}'s patch does not have",
                     entry=entry.id,
                     key="resolves",
-                    hint=f"{r.entry}'s patch has hunks: "
-                    + ", ".join(f"{p}#1..{n}" for p, n in counts.items()),
+                    hint=f"{r.entry}'s patch has hunks: " + ", ".join(f"{p}#1..{n}" for p, n in counts.items()),
                 )

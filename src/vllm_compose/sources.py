@@ -518,9 +518,7 @@ def _fetch_pr_commits(repo: pygit2.Repository, entry: Entry) -> None:
             return
 
 
-def _git_fetch(
-    repo: pygit2.Repository, remote: str, refspec: str, timeout: float = GIT_FETCH_TIMEOUT
-) -> bool:
+def _git_fetch(repo: pygit2.Repository, remote: str, refspec: str, timeout: float = GIT_FETCH_TIMEOUT) -> bool:
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", SSH_ASKPASS="true")
     try:
         result = subprocess.run(
@@ -559,9 +557,7 @@ def resolve_entry_commits(entry: Entry, repo: pygit2.Repository) -> tuple[pygit2
             )
     first = commits[0]
     if not first.parent_ids:
-        raise SourceError(
-            f"commit {first.id} has no parent to diff against", entry=entry.id, key="source.commits"
-        )
+        raise SourceError(f"commit {first.id} has no parent to diff against", entry=entry.id, key="source.commits")
     return first.parent_ids[0], commits[-1].id
 
 
@@ -861,9 +857,7 @@ def ensure_release(
         except IndexUnreachable as exc:
             network_error = exc
     if info is not None:
-        path = download(
-            info.url, info.sha256, cache, progress, what=f"{info.filename} from {redact_url(info.url)}"
-        )
+        path = download(info.url, info.sha256, cache, progress, what=f"{info.filename} from {redact_url(info.url)}")
         cache.remember_name(info.filename, info.sha256, info.index_url)
         origin = info.index_url
         sha256 = info.sha256
@@ -875,17 +869,14 @@ def ensure_release(
             note = cache.corrupt.get(known[0], "") if known else ""
             reason = network_error.message if network_error else "offline"
             raise SourceError(
-                (note + "; " if note else "")
-                + f"release {tag} is not in the repository and {filename} is not in "
+                (note + "; " if note else "") + f"release {tag} is not in the repository and {filename} is not in "
                 f"the cache ({reason})",
                 tag=tag,
                 hint=f"download {filename} from PyPI by hand and pass --sources DIR holding it, "
                 "or retry with the network on",
             )
         sha256, origin = known
-    return import_sdist(
-        repo, tag, path, sdist_name=filename, sdist_sha256=sha256, index_url=origin, progress=progress
-    )
+    return import_sdist(repo, tag, path, sdist_name=filename, sdist_sha256=sha256, index_url=origin, progress=progress)
 
 
 def _peel_tag(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
@@ -1005,9 +996,7 @@ def import_sdist(
                         raise _refuse(tag, sdist, member.name, "is a device file, FIFO or other special file")
                     unpacked += member.size
                     if unpacked > MAX_UNPACKED_BYTES:
-                        raise _refuse(
-                            tag, sdist, member.name, f"takes the content past {MAX_UNPACKED_BYTES} bytes"
-                        )
+                        raise _refuse(tag, sdist, member.name, f"takes the content past {MAX_UNPACKED_BYTES} bytes")
                     f = tar.extractfile(member)
                     data = f.read() if f is not None else b""
                     if rel == "vllm/_version.py":
@@ -1039,9 +1028,7 @@ def import_sdist(
     try:
         tree = gitstore.tree_from_entries(repo, entries)
     except Exception as exc:  # a file and a folder of the same name
-        raise _refuse(
-            tag, sdist, getattr(exc, "file", None) or "?", str(getattr(exc, "message", exc))
-        ) from None
+        raise _refuse(tag, sdist, getattr(exc, "file", None) or "?", str(getattr(exc, "message", exc))) from None
 
     version = tag[1:]
     message = (

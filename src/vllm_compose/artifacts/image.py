@@ -121,8 +121,9 @@ def installed_version(site_packages: Path) -> str:
     metadata = installed_dist_info(site_packages) / "METADATA"
     m = re.search(r"^Version:[ \t]*(\S+)", metadata.read_text(encoding="utf-8", errors="replace"), flags=re.M)
     if not m:
-        raise ComposeError(f"{metadata} has no Version header", file=str(metadata),
-                           hint="the installed vLLM is damaged; reinstall it")
+        raise ComposeError(
+            f"{metadata} has no Version header", file=str(metadata), hint="the installed vLLM is damaged; reinstall it"
+        )
     return m.group(1)
 
 
@@ -131,8 +132,11 @@ def commit_release(repo: pygit2.Repository, site_packages: Path, tag: str) -> py
     entries: dict[str, tuple[pygit2.Oid, int]] = {}
     package = Path(site_packages) / PACKAGE_DIR
     if not package.is_dir():
-        raise ComposeError(f"{package} does not exist", file=str(package),
-                           hint="point --site-packages at the folder holding the installed vllm/ package")
+        raise ComposeError(
+            f"{package} does not exist",
+            file=str(package),
+            hint="point --site-packages at the folder holding the installed vllm/ package",
+        )
     for path in sorted(package.rglob("*")):
         if not path.is_file() or path.is_symlink() or "__pycache__" in path.parts:
             continue
@@ -197,8 +201,13 @@ def overlay_site_packages(
         try:
             report = audit(stock, DirTree(site_packages), [patch]) if patch else None
             result.audit = report.to_json() if report else None
-            checks = run_checks(stock, DirTree(site_packages), result.changed, import_smoke=import_smoke,
-                                python=python or sys.executable)
+            checks = run_checks(
+                stock,
+                DirTree(site_packages),
+                result.changed,
+                import_smoke=import_smoke,
+                python=python or sys.executable,
+            )
             result.checks = checks.to_json()
             _refuse_unless_clean(report, checks, tag)
         except RefusedError as exc:
@@ -283,7 +292,7 @@ def relabel_installed(site_packages: Path, new_version: str, changed: list[str])
             data = file.read_bytes()
             row = [name, record_hash(data), str(len(data))]
         if name.startswith(old_prefix):
-            row = [new_prefix + name[len(old_prefix):], *row[1:]]
+            row = [new_prefix + name[len(old_prefix) :], *row[1:]]
         rows.append(row)
     for name in sorted(touched - seen):
         file = site_packages / name

@@ -122,9 +122,7 @@ def overlay_version(stock_version: str, local_label: str) -> str:
             hint="use letters, digits and dots only, e.g. 'compose.46994.38476'",
         ) from exc
     if not label:
-        raise WheelError(
-            "the local version label is empty", hint="pass a label such as 'compose.46994.38476'"
-        )
+        raise WheelError("the local version label is empty", hint="pass a label such as 'compose.46994.38476'")
     return str(version)
 
 
@@ -203,9 +201,7 @@ def rewrite_metadata(text: str, new_version: str) -> str:
     head, sep, body = text.partition("\n\n")
     head, n = re.subn(r"^Version:.*$", f"Version: {new_version}", head, count=1, flags=re.M)
     if n != 1:
-        raise WheelError(
-            "METADATA has no Version header", hint="the stock wheel is malformed; fetch it again"
-        )
+        raise WheelError("METADATA has no Version header", hint="the stock wheel is malformed; fetch it again")
     return head + sep + body
 
 
@@ -254,14 +250,10 @@ def build_overlay_wheel(
         try:
             with out_fh:
                 with zipfile.ZipFile(out_fh, "w") as zout:
-                    rows = _write_members(
-                        zin, zout, infos, record, plan, stock_wheel, old_info, new_info, new_version
-                    )
+                    rows = _write_members(zin, zout, infos, record, plan, stock_wheel, old_info, new_info, new_version)
                     record_name = new_info + "RECORD"
                     rows.append((record_name, "", ""))
-                    zout.writestr(
-                        _new_info_like(infos, old_info + "RECORD", record_name), _format_record(rows)
-                    )
+                    zout.writestr(_new_info_like(infos, old_info + "RECORD", record_name), _format_record(rows))
                 out_fh.flush()
                 os.fsync(out_fh.fileno())
             os.replace(tmp_path, out_path)
@@ -419,9 +411,7 @@ def verify_wheel(path: Path) -> int:
         checked = 0
         for info in members:
             name = info.filename
-            if name == info_dir + "RECORD" or (
-                name.startswith(info_dir) and name.endswith(_SIGNATURE_SUFFIXES)
-            ):
+            if name == info_dir + "RECORD" or (name.startswith(info_dir) and name.endswith(_SIGNATURE_SUFFIXES)):
                 continue
             if name not in record:
                 raise _corrupt(path, name, "not listed in RECORD")
@@ -525,10 +515,7 @@ def _wheel_matches(filename: str, version: str, platform: str | None, arch: str 
         return False
     if platform is not None:
         return any(t.abi == "abi3" and t.platform == platform for t in tags)
-    return any(
-        t.abi == "abi3" and t.platform.startswith("manylinux") and t.platform.endswith(arch or "")
-        for t in tags
-    )
+    return any(t.abi == "abi3" and t.platform.startswith("manylinux") and t.platform.endswith(arch or "") for t in tags)
 
 
 def _choose_wheel(filenames: list[str], version: str, platform: str) -> str | None:
@@ -562,9 +549,7 @@ def _open_stock(path: Path):
     try:
         zin = zipfile.ZipFile(path)
     except FileNotFoundError as exc:
-        raise WheelError(
-            f"{path} does not exist", file=str(path), hint="fetch the stock wheel first"
-        ) from exc
+        raise WheelError(f"{path} does not exist", file=str(path), hint="fetch the stock wheel first") from exc
     except (zipfile.BadZipFile, OSError) as exc:
         raise WheelError(
             f"{path.name} is not a readable wheel ({exc})",
