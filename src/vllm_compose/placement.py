@@ -537,6 +537,9 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
     M = al.mapping
     m = len(P)
     T = tgt.lines
+    duplicated = _changed_context_copied(hunk, al)
+    if duplicated is not None:
+        return _Plan([], duplicated)
     edits: list[_Edit] = []
     notes = []
     for g in groups:
@@ -628,6 +631,33 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
             notes.append(f"added lines re-indented by {delta:+d} columns")
         edits.append(_Edit(start, end, new_lines, False))
     return _Plan(edits, None, "; ".join(notes))
+
+
+def _changed_context_copied(hunk: Hunk, al: _Alignment) -> str | None:
+    """A context line the target changed or deleted, of which the hunk adds a copy: a conflict.
+
+    When a hunk duplicates code (e.g. adds a second call whose arguments repeat the first call's), the diff had to
+    choose which copy its context lines belong to, and that choice is arbitrary. If the target changed one of those
+    repeated lines, keeping "the target's version of the context line" puts the target's change into whichever copy
+    the diff happened to call context — possibly the new one, leaving the hunk's stale text in the old one. Nothing
+    in the hunk tells which copy the target's change belongs to, so the merge is refused rather than guessed.
+    """
+    pre_ops = [op for op, _ in hunk.lines if op != "+"]
+    added = {_norm(x) for x in hunk.added if _has_identity_text(x)}
+    if not added:
+        return None
+    P = hunk.pre_image
+    for j, t in enumerate(al.mapping):
+        if t is None and pre_ops[j] == " " and _has_identity_text(P[j]) and _norm(P[j]) in added:
+            return (f"the target changed the context line `{P[j].strip()}`, and the hunk adds a copy of that line: "
+                    "which copy the target's change belongs to depends on how the diff aligned the repeated lines, "
+                    "so the merge is not decided here")
+    return None
+
+
+def _has_identity_text(line: str) -> bool:
+    """Whether a line says something (a name), unlike `)`, `],` or a blank line that repeat everywhere."""
+    return re.search(r"[A-Za-z_]\w", line) is not None
 
 
 #: the head that names what a line is about: an assigned, annotated or called name (``x =``, ``self.y[i] +=``,
