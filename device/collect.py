@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-BASELINE = "composed_pp1"
+BASELINES = {"composed": "composed_pp1", "fixed": "fixed_pp1"}
 
 
 def compare(base, other):
@@ -30,17 +30,20 @@ def main():
     stage, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     runs = {p.stem: json.loads(p.read_text()) for p in sorted((stage / "res").glob("*.json"))}
-    base = runs.get(BASELINE, {})
     verdicts = {}
     for label, r in runs.items():
-        if label == BASELINE or not r.get("ok") or not base.get("ok") or "token_ids" not in r:
+        base_label = BASELINES.get(label.split("_")[0], BASELINES["composed"])
+        base = runs.get(base_label, {})
+        if label == base_label or not r.get("ok") or not base.get("ok") or "token_ids" not in r:
             continue
         diff = compare(base["token_ids"], r["token_ids"])
-        v = {"identical": diff is None, "first_difference": diff}
+        v = {"baseline": base_label, "identical": diff is None, "first_difference": diff}
         if diff and "position" in diff and base.get("top2_margins"):
             v["baseline_top2_margin_there"] = base["top2_margins"][diff["prompt"]][diff["position"]]
+        if diff and "position" in diff and r.get("top2_margins"):
+            v["other_top2_margin_there"] = r["top2_margins"][diff["prompt"]][diff["position"]]
         verdicts[label] = v
-    (out / "results.json").write_text(json.dumps({"runs": runs, "verdicts_vs_" + BASELINE: verdicts}, indent=1))
+    (out / "results.json").write_text(json.dumps({"runs": runs, "verdicts": verdicts}, indent=1))
     records = {}
     for d in sorted((stage / "rec").glob("*")):
         caps, kernels, other = [], {}, []
@@ -67,8 +70,8 @@ def main():
     logs = []
     for p in sorted((stage / "log").glob("*.log")):
         lines = p.read_text(errors="replace").splitlines()
-        keep = [ln for ln in lines if any(w in ln for w in ("Error", "error", "backend", "Backend", "WARNING", "Using"))]
-        logs.append(f"===== {p.stem} ({len(lines)} lines)\n" + "\n".join(keep[-60:]) + "\n--- tail\n" + "\n".join(lines[-40:]))
+        keep = [ln for ln in lines if any(w in ln for w in ("Error", "error", "ssert", "backend", "Backend", "Using", "kernel"))]
+        logs.append(f"===== {p.stem} ({len(lines)} lines)\n" + "\n".join(keep[-120:]) + "\n--- tail\n" + "\n".join(lines[-40:]))
     (out / "logs.txt").write_text("\n".join(logs))
     print(f"{'run':28} {'ok':5} {'tok':>6} {'tok/s':>8} {'bench tok/s':>11} {'accept':>7}  verdict / error")
     for label, r in runs.items():

@@ -2,7 +2,7 @@
 # On the device machine: unpack what make_stage.sh built into /tmp/vc (kept while the machine stays warm).
 #   device/install.sh 1   part 1: dependency wheels -> /tmp/vc/site; stock Python tree -> /tmp/vc/stock;
 #                         stock + composed overlay -> /tmp/vc/composed; _moe_C and cumem into both; tiny model
-#   device/install.sh 2   part 2: _C into both trees
+#   device/install.sh 2   part 2: _C and FA3 into both trees
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 S=/tmp/vc
@@ -18,10 +18,15 @@ if [ "$1" = 1 ]; then
   PYTHONPATH="$REPO/src" python3 -c "
 from pathlib import Path
 from vllm_compose.validation.tinyglm import TinyGlmSpec, generate
-generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}), Path('$S/tiny'), max_model_len=1024)"
+generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}), Path('$S/tiny'), max_model_len=1024)
+# fixed routing variant: see TinyGlmSpec.fixed_routing
+generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, fixed_routing=True), Path('$S/tiny_fixed'), max_model_len=1024)"
 else
   tar xf "$REPO/.devstage/p2/part2.tar" -C "$S/p"
-  for t in stock composed; do xz -dc "$S/p/_C_stable_libtorch.abi3.so.xz" > "$S/$t/vllm/_C_stable_libtorch.abi3.so"; done
+  for t in stock composed; do
+    xz -dc "$S/p/_C_stable_libtorch.abi3.so.xz" > "$S/$t/vllm/_C_stable_libtorch.abi3.so"
+    xz -dc "$S/p/_vllm_fa3_C.abi3.so.xz" > "$S/$t/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"
+  done
 fi
 (cd "$S/p" && sha256sum -c --quiet --ignore-missing SHA256SUMS)
 echo "install part $1: ok"

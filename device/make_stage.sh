@@ -21,6 +21,13 @@ for so in _C_stable_libtorch.abi3.so _moe_C_stable_libtorch.abi3.so cumem_alloca
   [ -s "$CACHE/$so.xz" ] || unzip -q -p "$WHEEL" "vllm/$so" | xz -9 -T2 > "$CACHE/$so.xz"
   cp "$CACHE/$so.xz" "$W/p/$so.xz"
 done
+# vllm.vllm_flash_attn refuses to import without one of its extensions, and deepseek_v2 imports it (through
+# layers/attention). FA3 (Hopper-only, 8 MB compressed) satisfies the import; FA2 (the sm_80 one, ~100 MB
+# compressed) is left out. Under the sm_80 override any flash-attention call would ask for FA2 and fail loudly, so a
+# passing run also shows the sparse path never calls flash attention.
+so=_vllm_fa3_C.abi3.so
+[ -s "$CACHE/$so.xz" ] || unzip -q -p "$WHEEL" "vllm/vllm_flash_attn/$so" | xz -9 -T2 > "$CACHE/$so.xz"
+cp "$CACHE/$so.xz" "$W/p/$so.xz"
 # The composed tree as an overlay: only files that differ from (or are new against) the stock sdist.
 (cd "$COMPOSED" && find . -name '*.py' -not -path '*/__pycache__/*' | while read -r f; do
    cmp -s "$f" "$STOCK/$f" || echo "$f"; done) > "$W/overlay.list"
@@ -28,10 +35,10 @@ done
 cp "$DEPS"/*.whl "$W/p/whl/"
 (cd "$W/p" && sha256sum *.xz whl/*.whl > SHA256SUMS)
 # Part 1: everything but the _C object, so the first call can already install the dependencies, unpack the trees
-# and check that vLLM imports; part 2: _C (56 MB compressed) alone, leaving room for wheels found missing.
+# and check that vLLM imports; part 2: _C (56 MB compressed) and FA3 (8 MB).
 mkdir -p "$ROOT/.devstage/p1" "$ROOT/.devstage/p2"
 rm -rf "$ROOT"/.devstage/p1/* "$ROOT"/.devstage/p2/*
-(cd "$W/p" && tar cf "$ROOT/.devstage/p1/part1.tar" --exclude _C_stable_libtorch.abi3.so.xz .)
-(cd "$W/p" && tar cf "$ROOT/.devstage/p2/part2.tar" _C_stable_libtorch.abi3.so.xz)
+(cd "$W/p" && tar cf "$ROOT/.devstage/p1/part1.tar" --exclude _C_stable_libtorch.abi3.so.xz --exclude _vllm_fa3_C.abi3.so.xz .)
+(cd "$W/p" && tar cf "$ROOT/.devstage/p2/part2.tar" _C_stable_libtorch.abi3.so.xz _vllm_fa3_C.abi3.so.xz)
 wc -l < "$W/overlay.list" | xargs echo "overlay files:"
 du -b "$ROOT"/.devstage/p1/* "$ROOT"/.devstage/p2/*

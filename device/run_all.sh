@@ -17,7 +17,7 @@ run() {
   rm -rf "$S/rec/$label"
   ( export CUDA_VISIBLE_DEVICES=$gpus PYTHONPATH="$S/$tree:$S/site:$REPO/device/sitecustomize" VC_RECORD_DIR="$S/rec/$label"
     [ "$cap" != "-" ] && export VC_FAKE_CAPABILITY=$cap
-    timeout -s INT -k 20 "$lim" python3 "$REPO/device/validate.py" --model "$S/tiny" --label "$label" \
+    timeout -s INT -k 20 "$lim" python3 "$REPO/device/validate.py" --model "$S/${VC_MODEL:-tiny}" --label "$label" \
       --out "$S/res/$label.json" "$@" > "$S/log/$label.log" 2>&1
     echo "rc=$? $label $(tail -c 300 "$S/log/$label.log" | tail -1)" )
 }
@@ -26,16 +26,23 @@ for phase in "$@"; do
   echo "== $phase at $(( $(date +%s) - START ))s"
   case $phase in
     p1) run composed_pp1 composed 0 8.0 --pp 1 --logprobs 2 --bench-tokens 256 &
-        run stock_pp1 stock 1 8.0 --pp 1 ; run composed_pp1_sm90 composed 1 - --pp 1 --max-tokens 64; wait ;;
+        run stock_pp1 stock 1 8.0 --pp 1 --backend auto ; run composed_pp1_sm90 composed 1 - --pp 1 --max-tokens 64; wait ;;
     p2) run composed_pp1_mtp1 composed 0 8.0 --pp 1 --mtp 1 --bench-tokens 256 &
         run composed_pp1_mtp2 composed 1 8.0 --pp 1 --mtp 2 --bench-tokens 256; wait ;;
     p3) run composed_pp2 composed 0,1 8.0 --pp 2 --bench-tokens 256 ;;
     p4) run composed_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 --bench-tokens 256 ;;
     p5) run composed_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 --bench-tokens 256 ;;
-    p6) run stock_pp2_mtp1 stock 0,1 8.0 --pp 2 --mtp 1 ;;
+    p6) run stock_pp1_forced stock 0 8.0 --pp 1 & run stock_pp1_sm90 stock 1 - --pp 1 --backend auto; wait ;;
     p4x) run composed_pp4 composed 0,1,2,3 8.0 --pp 4 --bench-tokens 256 ;;
     p5x) run composed_pp4_mtp1 composed 0,1,2,3 8.0 --pp 4 --mtp 1 --bench-tokens 256 &&
          run composed_pp4_mtp2 composed 0,1,2,3 8.0 --pp 4 --mtp 2 --bench-tokens 256 ;;
+    # fixed-routing model (TinyGlmSpec.fixed_routing): baseline with margins, MTP, PP2, PP2+MTP; the last one with
+    # CUDA_LAUNCH_BLOCKING=1 to name the kernel behind the device-side assert seen at PP2 + MTP 2
+    f1) VC_MODEL=tiny_fixed run fixed_pp1 composed 0 8.0 --pp 1 --logprobs 2 &
+        VC_MODEL=tiny_fixed run fixed_pp1_mtp1 composed 1 8.0 --pp 1 --mtp 1; wait ;;
+    f2) VC_MODEL=tiny_fixed run fixed_pp2 composed 0,1 8.0 --pp 2 --logprobs 2 ;;
+    f3) VC_MODEL=tiny_fixed run fixed_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 ;;
+    f4) VC_MODEL=tiny_fixed CUDA_LAUNCH_BLOCKING=1 run fixed_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

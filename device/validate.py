@@ -99,7 +99,6 @@ def main() -> int:
             pipeline_parallel_size=args.pp,
             block_size=64,
             kv_cache_dtype="auto",
-            attention_backend=args.backend,
             enforce_eager=True,
             max_model_len=args.max_model_len,
             max_num_seqs=8,
@@ -107,6 +106,8 @@ def main() -> int:
             seed=0,
             disable_log_stats=False,
         )
+        if args.backend not in ("", "auto"):
+            kwargs["attention_backend"] = args.backend
         if args.mtp:
             kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": args.mtp}
         t0 = time.perf_counter()

@@ -7,8 +7,8 @@ each of them runs this too. Driven by environment variables:
 VC_FAKE_CAPABILITY=8.0   vLLM's CUDA platform (`vllm.platforms.cuda`, both the NVML and non-NVML classes) and
                          `torch.cuda.get_device_capability` report this compute capability. The patch is installed
                          by an import hook the moment `vllm.platforms.cuda` is executed, before any caller can ask.
-                         Triton still compiles for the real GPU (it queries the driver itself): the sm_80 compile
-                         check is the separate compile gate.
+                         Triton still compiles for the real GPU (calls from Triton's own files get the real
+                         capability): the sm_80 compile check is the separate compile gate.
 VC_RECORD_DIR=/path      each process appends JSON lines there (`<pid>.jsonl`):
                          {"kind": "capability", "caller": "vllm/...py:LINE func", "asked": ...} once per call site;
                          {"kind": "triton", "module": ..., "qualname": ..., "specialization": <triton JSON>} once per
@@ -105,6 +105,10 @@ def _patch_torch():
     real = torch.cuda.get_device_capability
 
     def get_device_capability(device=None):
+        # Triton's driver picks its compile target through this function: it must see the real GPU, or it builds
+        # sm_80 cubins that an H200 cannot load ("no kernel image is available").
+        if "/triton/" in sys._getframe(1).f_code.co_filename:
+            return real(device)
         _note_capability("torch.cuda.get_device_capability")
         real(device)  # keep torch's own checks (lazy init, bad index) in place
         return (major, minor)

@@ -60,6 +60,10 @@ class TinyGlmSpec:
     #: std of the output heads relative to 1/sqrt(hidden): large margins between the top two logits keep greedy
     #: decoding stable against bf16 rounding differences between batch shapes (PP, MTP verification).
     head_gain: float = 6.0
+    #: route every token to the same experts (gate weight 0, distinct routing biases): removes the near-tie expert
+    #: flips that turn bf16 rounding differences between batch shapes into different tokens; the MoE kernels still
+    #: run, with num_experts_per_tok of the experts active.
+    fixed_routing: bool = False
     #: extra fields merged into config.json last (e.g. index_topk_freq to give some layers a shared indexer)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -211,6 +215,10 @@ def _init_tensor(rng, name: str, shape: tuple[int, ...], spec: TinyGlmSpec):
 
     if name.endswith("norm.weight"):
         return np.ones(shape, dtype=np.float32)
+    if spec.fixed_routing and name.endswith("mlp.gate.weight"):
+        return np.zeros(shape, dtype=np.float32)
+    if spec.fixed_routing and name.endswith("e_score_correction_bias"):
+        return np.linspace(1.0, 0.0, shape[0], dtype=np.float32)
     if name.endswith(".bias") or name.endswith("e_score_correction_bias"):
         return np.zeros(shape, dtype=np.float32)
     fan_in = shape[-1]

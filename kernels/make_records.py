@@ -1,0 +1,53 @@
+"""Write kernels/*.json from the records.json files that device/collect.py brought back from validation runs.
+
+    python kernels/make_records.py RECORDS_JSON... 
+
+composed-v0.26.0-sm80.json   every Triton compilation of the composed tree's runs under the sm_80 override
+stock-v0.26.0-sm80.json      derived (see its "derivation"): stock 0.26.0 on sm_80 stops at start-up (the indexer
+                             refuses to run without DeepGEMM) before any kernel launches; the kernel its Indexer
+                             launches on every CUDA GPU, and that the compose gates to sm_89+, is the fused
+                             indexer-q kernel, recorded from the composed tree run at the real sm_90 capability.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PORTABLE = ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion", "launch_cooperative_grid", "maxnreg")
+FUSED = ("vllm.model_executor.layers.sparse_attn_indexer", "_fused_indexer_q_rope_quant_kernel")
+
+
+def key(k):
+    s = dict(k["specialization"])
+    s["options"] = {o: s["options"].get(o) for o in PORTABLE}
+    return json.dumps([k["module"], k["qualname"], s], sort_keys=True)
+
+
+def main():
+    composed, fused = {}, {}
+    sources = []
+    for path in sys.argv[1:]:
+        data = json.loads(Path(path).read_text())
+        for label, rec in data.items():
+            sm80 = not label.endswith("_sm90") and not label.startswith("stock")
+            for k in rec["triton_kernels"]:
+                if sm80 and label not in sources:
+                    sources.append(label)
+                if sm80:
+                    composed.setdefault(key(k), k)
+                elif (k["module"], k["qualname"]) == FUSED:
+                    fused.setdefault(key(k), k)
+    by_name = lambda d: sorted(d.values(), key=lambda k: (k["module"], k["qualname"], key(k)))
+    common = {"schema": 1, "vllm": "0.26.0", "recorded_on": "2026-11-29, 2x NVIDIA H200 (sm_90) with the sm_80 override",
+              "recorder": "device/sitecustomize/sitecustomize.py (Triton jit_cache_hook)"}
+    (HERE / "composed-v0.26.0-sm80.json").write_text(json.dumps(
+        {**common, "tree": "composed (series v0.26.0)", "runs": sources, "kernels": by_name(composed)}, indent=1))
+    (HERE / "stock-v0.26.0-sm80.json").write_text(json.dumps(
+        {**common, "tree": "stock 0.26.0", "derivation": __doc__.split("stock-v0.26.0-sm80.json")[1].strip(),
+         "kernels": by_name(fused)}, indent=1))
+    print(len(composed), "composed records;", len(fused), "stock records")
+
+
+if __name__ == "__main__":
+    main()
