@@ -218,7 +218,7 @@ def run_gate(records: list[dict[str, Any]], tree: Path,
                 triton_compile(_ast_source(fn, spec), target=GPUTarget("cuda", cc, warp), options=options)
                 results.append(GateResult(rec["module"], rec["qualname"], cc, True))
             except Exception as exc:  # every failure is a gate finding, reported per kernel
-                msg = f"{type(exc).__name__}: {exc}".strip().splitlines()
-                results.append(GateResult(rec["module"], rec["qualname"], cc, False,
-                                          next((ln for ln in msg if "not supported" in ln), msg[-1] if msg else "")))
+                lines = [ln.strip() for ln in f"{type(exc).__name__}: {exc}".splitlines() if ln.strip()]
+                reason = next((ln for ln in lines if "not supported" in ln), lines[0] if lines else "")
+                results.append(GateResult(rec["module"], rec["qualname"], cc, False, reason))
     return results
