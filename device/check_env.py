@@ -7,6 +7,8 @@ import importlib
 import json
 import sys
 
+import torch
+
 MODULES = [
     "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor",
     "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu.model_runner", "vllm.model_executor.models.deepseek_v2",
@@ -21,7 +23,6 @@ for name in ("torch", "triton", "transformers", "numpy", "pydantic"):
         report[name] = importlib.import_module(name).__version__
     except Exception as exc:
         report[name] = f"MISSING {exc!r}"
-import torch
 
 report["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 failed = {}

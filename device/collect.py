@@ -15,8 +15,8 @@ BASELINES = {"composed": "composed_pp1", "fixed": "fixed_pp1"}
 
 def compare(base, other):
     """First differing (prompt, position) between two runs' token ids, or None when identical."""
-    for p, (a, b) in enumerate(zip(base, other)):
-        for i, (x, y) in enumerate(zip(a, b)):
+    for p, (a, b) in enumerate(zip(base, other, strict=False)):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             if x != y:
                 return {"prompt": p, "position": i, "baseline": x, "other": y}
         if len(a) != len(b):

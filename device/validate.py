@@ -86,9 +86,10 @@ def main() -> int:
     }
     out = Path(args.out)
     try:
+        from vllm.inputs import TokensPrompt
+
         import vllm
         from vllm import LLM, SamplingParams
-        from vllm.inputs import TokensPrompt
 
         result["vllm_version"] = vllm.__version__
         result["vllm_file"] = vllm.__file__

@@ -1,6 +1,6 @@
 """Write kernels/*.json from the records.json files that device/collect.py brought back from validation runs.
 
-    python kernels/make_records.py RECORDS_JSON... 
+    python kernels/make_records.py RECORDS_JSON...
 
 composed-v0.26.0-sm80.json   every Triton compilation of the composed tree's runs under the sm_80 override
 stock-v0.26.0-sm80.json      derived (see its "derivation"): stock 0.26.0 on sm_80 stops at start-up (the indexer
@@ -38,7 +38,9 @@ def main():
                     composed.setdefault(key(k), k)
                 elif (k["module"], k["qualname"]) == FUSED:
                     fused.setdefault(key(k), k)
-    by_name = lambda d: sorted(d.values(), key=lambda k: (k["module"], k["qualname"], key(k)))
+    def by_name(d):
+        return sorted(d.values(), key=lambda k: (k["module"], k["qualname"], key(k)))
+
     common = {"schema": 1, "vllm": "0.26.0", "recorded_on": "2026-11-29, 2x NVIDIA H200 (sm_90) with the sm_80 override",
               "recorder": "device/sitecustomize/sitecustomize.py (Triton jit_cache_hook)"}
     (HERE / "composed-v0.26.0-sm80.json").write_text(json.dumps(

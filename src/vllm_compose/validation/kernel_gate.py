@@ -178,14 +178,14 @@ def _ast_source(fn, spec: dict[str, Any]):
     from triton.compiler import ASTSource
 
     constexprs = {}
-    for key, value in zip(spec["constant_keys"], spec["constant_vals"]):
+    for key, value in zip(spec["constant_keys"], spec["constant_vals"], strict=True):
         # decoded as Triton's own JITFunction.preload decodes its specialization records
         if isinstance(value, str) and tl.dtype.is_dtype(value):
             value = tl.dtype(value)
         elif isinstance(value, dict) and "constexpr" in value:
             value = tl.constexpr(value["constexpr"])
         constexprs[tuple(key)] = value
-    attrs = {tuple(k): v for k, v in zip(spec["attrs_keys"], spec["attrs_vals"])}
+    attrs = {tuple(k): v for k, v in zip(spec["attrs_keys"], spec["attrs_vals"], strict=True)}
     signature = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["signature"].items()}
     return ASTSource(fn, signature, constexprs, attrs)
 
