@@ -138,3 +138,41 @@ def test_second_compose_is_identical(composed):
     _, report, again_rc, again, _ = composed
     assert again_rc == 0
     assert again["head"] == report["head"]
+
+
+def _export(repo: pygit2.Repository, rev: str, dest: Path) -> Path:
+    """Write the `vllm/` Python files of `rev` into `dest` (what the kernel gate reads)."""
+    commit = repo.revparse_single(rev).peel(pygit2.Commit)
+
+    def walk(tree: pygit2.Tree, prefix: str) -> None:
+        for e in tree:
+            path = prefix + e.name
+            if e.type_str == "tree":
+                walk(repo[e.id], path + "/")
+            elif path.endswith(".py"):
+                (dest / path).parent.mkdir(parents=True, exist_ok=True)
+                (dest / path).write_bytes(repo[e.id].data)
+
+    walk(repo[commit.tree["vllm"].id], "vllm/")
+    return dest
+
+
+def test_ampere_compile_gate_stock_fails_compose_passes(composed, tmp_path):
+    """The recorded sm_80 kernels: stock 0.26.0's fused indexer-q kernel cannot compile below sm_89; the compose
+    does not launch it on Ampere, and its sparse-attention and indexer kernels compile for sm_80 and sm_86."""
+    pytest.importorskip("triton", reason="the compile gate needs triton (installed by .ci/run)")
+    from vllm_compose.validation.kernel_gate import load_records, run_gate
+
+    _, _, _, _, repo = composed
+    kernels = Path(__file__).resolve().parent.parent / "kernels"
+    stock = _export(repo, "v0.26.0", tmp_path / "stock")
+    results = run_gate(load_records(kernels / "stock-v0.26.0-sm80.json"), stock)
+    assert results and not any(r.ok for r in results)
+    assert all("fp8e4nv not supported in this architecture" in r.error for r in results)
+
+    tree = _export(repo, BRANCH, tmp_path / "composed")
+    wanted = ("triton_mla_sparse_kernel", "mqa_logits_triton", "sparse_utils", "backends.mla.indexer")
+    records = [k for k in load_records(kernels / "composed-v0.26.0-sm80.json") if k["module"].endswith(wanted)]
+    assert records
+    assert [r for r in run_gate(records, tree) if not r.ok] == []
+    assert not any("fused_indexer_q" in k["qualname"] for k in load_records(kernels / "composed-v0.26.0-sm80.json"))
