@@ -402,3 +402,53 @@ def test_uninitialized_submodule_dir_is_initialized(series_dir, tmp_path, upstre
     # an empty folder (what an uninitialized submodule looks like) becomes a repository; the tag is then missing
     assert compose(series_dir, empty, "v1.0.0") == 3
     assert (empty / ".git").exists()
+
+
+def test_pr_pinned_by_commits_is_merged_three_way(series_dir, upstream, tmp_path):
+    """With the PR's commits in the repository, the entry is a real 3-way merge (base = the PR's parent)."""
+    git(upstream, "checkout", "-q", "v1.0.0")
+    git(upstream, "checkout", "-q", "-b", "pr-101")
+    (upstream / "pkg" / "mod.py").write_text(
+        MOD_V1.replace("def greet(name, *, loud=False):", 'def greet(name, *, loud=False, suffix=""):')
+        .replace("        text = text.upper()\n    return text",
+                 "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text")
+    )
+    git(upstream, "commit", "-qam", "PR 101")
+    sha = git(upstream, "rev-parse", "HEAD")
+    git(upstream, "checkout", "-q", "--detach", "v1.0.0")
+    toml = (series_dir / "series.toml").read_text()
+    start = toml.index("[entry.source]")
+    end = toml.index("[[entry]]", start)
+    (series_dir / "series.toml").write_text(toml[:start] + f'[entry.source]\ncommits = ["{sha}"]\n\n' + toml[end:])
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v1.1.0", json_out=out) == 0
+    entry = json.loads(out.read_text())["entries"][0]
+    assert entry["method"] == "3-way merge" and entry["status"] == "applied"
+    final = git(upstream, "show", "compose-101-v1.1.0:pkg/mod.py")
+    assert final.startswith('"""The toy module."""') and 'suffix=""' in final and "text += suffix" in final
+    # v1.2.0 changed the line right below the PR's changed `def` line: git's merge calls that a conflict
+    assert compose(series_dir, upstream, "v1.2.0", json_out=out) == 1
+    assert "3-way merge conflicts in pkg/mod.py" in json.loads(out.read_text())["entries"][0]["reason"]
+    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+
+
+def test_series_diff_matches_entries_by_identity(series_dir, upstream, tmp_path, capsys):
+    for tag in ("v1.0.0", "v1.1.0", "v1.2.0", "v1.3.0"):
+        assert compose(series_dir, upstream, tag) == 0
+    out = tmp_path / "d.json"
+
+    def diff(old, new):
+        rc = main(["series-diff", old, new, "--series", str(series_dir), "--repo", str(upstream), "--json", str(out)])
+        assert rc == 0
+        return {e["id"]: e for e in json.loads(out.read_text())["entries"]}
+
+    same = diff("v1.0.0", "v1.1.0")  # only line numbers moved
+    assert {e["status"] for e in same.values()} == {"unchanged"}
+    drift = diff("v1.0.0", "v1.2.0")  # the PR's context drifted
+    assert drift["pr101"]["status"] == "changed" and "comma" in drift["pr101"]["interdiff"]
+    assert drift["fix-farewell"]["status"] == "unchanged"
+    gone = diff("v1.0.0", "v1.3.0")  # the PR is upstream there: no commit of it on the new branch
+    assert gone["pr101"]["status"] == "dropped" and gone["pr101"]["new_commit"] is None
+    back = diff("v1.3.0", "v1.0.0")
+    assert back["pr101"]["status"] == "added"
+    assert "dropped" in capsys.readouterr().out

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import git
 import pygit2
 from pygit2.enums import FileMode, FileStatus, ObjectType, RepositoryOpenFlag
 
@@ -223,11 +224,29 @@ def tree_from_entries(repo: pygit2.Repository, entries: Mapping[str, tuple[pygit
 # Refs
 
 
+def run_git(repo: pygit2.Repository, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run a git command on `repo` through GitPython (never prompting); returns its status and output.
+
+    pygit2 has no compare-and-swap ref update and no fetch with a deadline, so those two go through git itself;
+    GitPython runs it (killing it after `timeout` seconds) and hands back status, stdout and stderr.
+    """
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
+    try:
+        status, out, err = git.Git().execute(
+            ["git", f"--git-dir={repo.path}", *args],
+            with_extended_output=True,
+            with_exceptions=False,
+            kill_after_timeout=timeout,
+            env=env,
+        )
+    except git.GitCommandNotFound as exc:
+        raise RepositoryError("the git command is not installed", hint="install git (it is needed for ref "
+                              "updates and fetches)") from exc
+    return subprocess.CompletedProcess(args, status, out, err)
+
+
 def _git(repo: pygit2.Repository, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
-    return subprocess.run(
-        ["git", f"--git-dir={repo.path}", *args], capture_output=True, text=True, env=env, check=False
-    )
+    return run_git(repo, *args)
 
 
 def _check_ref_name(name: str) -> None:

@@ -18,7 +18,7 @@ import pygit2
 from .errors import RepositoryError
 
 _ENTRY_TRAILER = re.compile(r"^Series-Entry: (\S+)$", re.M)
-_HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+_HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$")  # numbers and section heading move
 
 
 @dataclass

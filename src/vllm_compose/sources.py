@@ -50,7 +50,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from . import gitstore
-from .errors import SourceError
+from .errors import RepositoryError, SourceError
 from .progress import ProgressCallback, Throttled
 from .series import Entry
 
@@ -519,17 +519,10 @@ def _fetch_pr_commits(repo: pygit2.Repository, entry: Entry) -> None:
 
 
 def _git_fetch(repo: pygit2.Repository, remote: str, refspec: str, timeout: float = GIT_FETCH_TIMEOUT) -> bool:
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", SSH_ASKPASS="true")
+    """Best effort `git fetch --no-tags remote refspec` with a deadline; False when it fails or times out."""
     try:
-        result = subprocess.run(
-            ["git", f"--git-dir={repo.path}", "fetch", "--no-tags", "--quiet", remote, refspec],
-            capture_output=True,
-            env=env,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except (subprocess.TimeoutExpired, OSError):
+        result = gitstore.run_git(repo, "fetch", "--no-tags", "--quiet", remote, refspec, timeout=timeout)
+    except (OSError, RepositoryError):
         return False
     return result.returncode == 0
 
