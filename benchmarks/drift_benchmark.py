@@ -179,7 +179,11 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
 
 
 def _breakdown(records: list[dict]) -> str:
-    tools = [t for t in ("patch --fuzz=3", "git apply --3way (+pre-image)", "vllm-compose") if records and t in records[0]["tools"]]
+    tools = [
+        t
+        for t in ("patch --fuzz=3", "git apply --3way (+pre-image)", "vllm-compose")
+        if records and t in records[0]["tools"]
+    ]
     groups: dict[tuple[str, str], dict[str, Counter]] = {}
     for r in records:
         if r["drift"] != "drifted":
@@ -192,7 +196,10 @@ def _breakdown(records: list[dict]) -> str:
     rows = []
     for (tgt, kind), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "", kv[0])):
         n = sum(g[tools[0]].values()) if tools else 0
-        rows.append([tgt or kind, n] + ["{correct} / {misplaced} / {rejected}".format(**{o: g[t].get(o, 0) for o in OUTCOMES}) for t in tools])
+        rows.append(
+            [tgt or kind, n]
+            + ["{correct} / {misplaced} / {rejected}".format(**{o: g[t].get(o, 0) for o in OUTCOMES}) for t in tools]
+        )
     return table(["group", "cases"] + [f"`{t}`" for t in tools], rows)
 
 
@@ -268,14 +275,19 @@ def show(args: argparse.Namespace) -> int:
     with Workbench() as bench:
         for version in dict.fromkeys(cid.split("#")[0] for cid in args.show):
             target = SdistSource.load(version, fetch_sdist(version))
-            cases = {c.case_id: c for c in choose_cases(source.files, target.files, per_target[version], args.seed, label=version)}
+            cases = {
+                c.case_id: c
+                for c in choose_cases(source.files, target.files, per_target[version], args.seed, label=version)
+            }
             for cid in [c for c in args.show if c.startswith(version + "#")]:
                 case = cases.get(cid)
                 if case is None:
                     print(f"{cid}: no such case with these options")
                     continue
-                print(f"===== {cid} {case.path}: {case.site.describe()} ({case.drift}"
-                      f"{', must be rejected' if case.must_reject else ''})\n{case.diff}")
+                print(
+                    f"===== {cid} {case.path}: {case.site.describe()} ({case.drift}"
+                    f"{', must be rejected' if case.must_reject else ''})\n{case.diff}"
+                )
                 if case.truth is not None:
                     print("--- ground truth (target -> truth):\n" + _diff(case.target_text, case.truth, "truth"))
                 record = run_case(case, bench, engine)
@@ -294,12 +306,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", nargs="+", default=["0.27.0", "0.28.0", "0.30.0"], help="releases they are ported to")
     ap.add_argument("--cases", type=int, default=300, help="total number of cases, split evenly over the targets")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", type=Path, default=None, help="results file (default: the cache's bench/drift-results.json)")
+    ap.add_argument(
+        "--json", type=Path, default=None, help="results file (default: the cache's bench/drift-results.json)"
+    )
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md", help="markdown file to update")
     ap.add_argument("--no-docs", action="store_true", help="do not touch the docs")
     ap.add_argument("--no-engine", action="store_true", help="measure the other tools only")
-    ap.add_argument("--show", nargs="+", metavar="CASE", help="print the diff, ground truth and every tool's result "
-                    "for these case ids (e.g. 0.27.0#12; same --cases/--seed/--targets as the run) and exit")
+    ap.add_argument(
+        "--show",
+        nargs="+",
+        metavar="CASE",
+        help="print the diff, ground truth and every tool's result "
+        "for these case ids (e.g. 0.27.0#12; same --cases/--seed/--targets as the run) and exit",
+    )
     args = ap.parse_args(argv)
     if args.show:
         return show(args)

@@ -36,8 +36,9 @@ def _counters(llm) -> dict[str, float]:
 
 def measure(llm, prompt_ids: list[int], max_tokens: int = 256) -> dict:
     """Time one greedy single-stream request on a running `vllm.LLM`; return tok/s and acceptance."""
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from vllm import SamplingParams
 
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
     prompt = TokensPrompt(prompt_token_ids=prompt_ids)
@@ -75,9 +76,26 @@ def main() -> int:
     results = []
     for k in args.mtp:
         part = Path(args.out).with_suffix(f".mtp{k}.json")
-        cmd = [sys.executable, str(validate), "--model", args.model, "--pp", str(args.pp), "--mtp", str(k),
-               "--prompts", "1", "--max-tokens", "16", "--bench-tokens", str(args.max_tokens),
-               "--label", f"bench-mtp{k}", "--out", str(part)]
+        cmd = [
+            sys.executable,
+            str(validate),
+            "--model",
+            args.model,
+            "--pp",
+            str(args.pp),
+            "--mtp",
+            str(k),
+            "--prompts",
+            "1",
+            "--max-tokens",
+            "16",
+            "--bench-tokens",
+            str(args.max_tokens),
+            "--label",
+            f"bench-mtp{k}",
+            "--out",
+            str(part),
+        ]
         subprocess.run(cmd, check=False)
         data = json.loads(part.read_text()) if part.exists() else {"ok": False, "error": "no output"}
         results.append({"mtp": k, "ok": data.get("ok"), "error": data.get("error"), **(data.get("bench") or {})})
@@ -85,8 +103,9 @@ def main() -> int:
     for r in results:
         if base and r.get("decode_tok_per_s"):
             r["speedup_vs_no_mtp"] = round(r["decode_tok_per_s"] / base["decode_tok_per_s"], 3)
-    Path(args.out).write_text(json.dumps({"note": "random-init weights: acceptance means little", "runs": results},
-                                         indent=1))
+    Path(args.out).write_text(
+        json.dumps({"note": "random-init weights: acceptance means little", "runs": results}, indent=1)
+    )
     print(json.dumps(results, indent=1))
     return 0
 

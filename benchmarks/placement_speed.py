@@ -210,14 +210,19 @@ def scaling(repeat: int, quick: bool, audit_budget_s: float) -> list[dict]:
                     again, _ = best_of(max(repeat - 1, 1), lambda s=stock, p=patched, pa=patch: audit(s, p, [pa]))
                     row["audit_s"] = min(once, again)
             rows.append(row)
-            print(f"  {lines:>6} lines {hunks:>4} hunks {'drifted' if drifted else 'undrifted':>9}: "
-                  f"place {t_place * 1000:8.1f} ms" + (f", audit {row['audit_s'] * 1000:8.1f} ms" if "audit_s" in row else ""),
-                  flush=True)
+            print(
+                f"  {lines:>6} lines {hunks:>4} hunks {'drifted' if drifted else 'undrifted':>9}: "
+                f"place {t_place * 1000:8.1f} ms"
+                + (f", audit {row['audit_s'] * 1000:8.1f} ms" if "audit_s" in row else ""),
+                flush=True,
+            )
     return rows
 
 
 def _ms(seconds: float | None) -> str:
-    return "skipped" if seconds is None else f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+    return (
+        "skipped" if seconds is None else f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+    )
 
 
 def render(real: dict | None, rows: list[dict], meta: dict) -> str:
@@ -252,16 +257,29 @@ def render(real: dict | None, rows: list[dict], meta: dict) -> str:
     body = []
     for (lines, hunks), pair in by_key.items():
         u, d = pair.get(False, {}), pair.get(True, {})
-        body.append([f"{lines:,}", hunks, _ms(u.get("place_s")), _ms(d.get("place_s")), _ms(u.get("audit_s")), _ms(d.get("audit_s"))])
+        body.append(
+            [
+                f"{lines:,}",
+                hunks,
+                _ms(u.get("place_s")),
+                _ms(d.get("place_s")),
+                _ms(u.get("audit_s")),
+                _ms(d.get("audit_s")),
+            ]
+        )
     out.append(table(head, body, "rrrrrr"))
     if any(r.get("audit_skipped") for r in rows):
-        out += ["", "*skipped*: the audit at this or a smaller grid point (same or fewer lines and hunks) already took longer than the budget (`--audit-budget`, 5 s); the audit's growth on this repetitive synthetic module is the known open problem."]
+        out += [
+            "",
+            "*skipped*: the audit at this or a smaller grid point (same or fewer lines and hunks) already took longer than the budget (`--audit-budget`, 5 s); the audit's growth on this repetitive synthetic module is the known open problem.",
+        ]
     out += ["", _growth(rows)]
     return "\n".join(out)
 
 
 def _growth(rows: list[dict]) -> str:
     """A sentence on how cost grows, from the grid's end points."""
+
     def pick(**kw) -> dict | None:
         return next((r for r in rows if all(r[k] == v for k, v in kw.items())), None)
 
@@ -289,17 +307,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patch", type=Path, action="append", help="patch files in order (default: the two pinned PRs)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="a smaller scaling grid")
-    ap.add_argument("--audit-budget", type=float, default=5.0,
-                    help="seconds; larger grid points skip the audit once one audit took longer")
-    ap.add_argument("--json", type=Path, default=None, help="results file (default: the cache's bench/speed-results.json)")
+    ap.add_argument(
+        "--audit-budget",
+        type=float,
+        default=5.0,
+        help="seconds; larger grid points skip the audit once one audit took longer",
+    )
+    ap.add_argument(
+        "--json", type=Path, default=None, help="results file (default: the cache's bench/speed-results.json)"
+    )
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--no-docs", action="store_true")
     args = ap.parse_args(argv)
 
     real = real_application(args.stock, args.patch or DEFAULT_PATCHES, args.repeat)
     if real:
-        print(f"real application: {real['hunks']} hunks, {real['files']} files: place {_ms(real['place_s'])}, "
-              f"audit {_ms(real.get('audit_s'))}", flush=True)
+        print(
+            f"real application: {real['hunks']} hunks, {real['files']} files: place {_ms(real['place_s'])}, "
+            f"audit {_ms(real.get('audit_s'))}",
+            flush=True,
+        )
     rows = scaling(args.repeat, args.quick, args.audit_budget)
     meta = {
         "date": time.strftime("%Y-%m-%d"),

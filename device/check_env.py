@@ -1,6 +1,6 @@
 """Print the device machine's versions and import the vLLM modules the validation run needs (no GPU work).
 
-    PYTHONPATH=/tmp/vc/composed:/tmp/vc/site python3 device/check_env.py
+PYTHONPATH=/tmp/vc/composed:/tmp/vc/site python3 device/check_env.py
 """
 
 import importlib
@@ -10,9 +10,15 @@ import sys
 import torch
 
 MODULES = [
-    "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor",
-    "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu.model_runner", "vllm.model_executor.models.deepseek_v2",
-    "vllm.model_executor.models.deepseek_mtp", "vllm.v1.attention.backends.mla.indexer",
+    "vllm",
+    "vllm.entrypoints.llm",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu.model_runner",
+    "vllm.model_executor.models.deepseek_v2",
+    "vllm.model_executor.models.deepseek_mtp",
+    "vllm.v1.attention.backends.mla.indexer",
     "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
 ]
 OPTIONAL = ["vllm.v1.attention.backends.mla.triton_mla_sparse"]  # composed tree only

@@ -70,19 +70,33 @@ def main():
     logs = []
     for p in sorted((stage / "log").glob("*.log")):
         lines = p.read_text(errors="replace").splitlines()
-        keep = [ln for ln in lines if any(w in ln for w in ("Error", "error", "ssert", "backend", "Backend", "Using", "kernel"))]
-        logs.append(f"===== {p.stem} ({len(lines)} lines)\n" + "\n".join(keep[-120:]) + "\n--- tail\n" + "\n".join(lines[-40:]))
+        keep = [
+            ln
+            for ln in lines
+            if any(w in ln for w in ("Error", "error", "ssert", "backend", "Backend", "Using", "kernel"))
+        ]
+        logs.append(
+            f"===== {p.stem} ({len(lines)} lines)\n" + "\n".join(keep[-120:]) + "\n--- tail\n" + "\n".join(lines[-40:])
+        )
     (out / "logs.txt").write_text("\n".join(logs))
     print(f"{'run':28} {'ok':5} {'tok':>6} {'tok/s':>8} {'bench tok/s':>11} {'accept':>7}  verdict / error")
     for label, r in runs.items():
         b = r.get("bench") or {}
         v = verdicts.get(label)
-        note = ("identical" if v["identical"] else f"DIFFERS {v['first_difference']}") if v else (r.get("error") or "")[:150]
+        note = (
+            ("identical" if v["identical"] else f"DIFFERS {v['first_difference']}")
+            if v
+            else (r.get("error") or "")[:150]
+        )
         tps = r.get("tok_per_s")
-        print(f"{label:28} {str(r.get('ok')):5} {r.get('generated_tokens', 0):>6} {tps or 0:8.1f} "
-              f"{b.get('decode_tok_per_s') or 0:11.1f} {str(b.get('acceptance_rate')):>7}  {note}")
+        print(
+            f"{label:28} {str(r.get('ok')):5} {r.get('generated_tokens', 0):>6} {tps or 0:8.1f} "
+            f"{b.get('decode_tok_per_s') or 0:11.1f} {str(b.get('acceptance_rate')):>7}  {note}"
+        )
     for label, rec in records.items():
-        print(f"{label}: {len(rec['triton_kernels'])} triton compilations, {len(rec['capability_callers'])} capability call sites")
+        print(
+            f"{label}: {len(rec['triton_kernels'])} triton compilations, {len(rec['capability_callers'])} capability call sites"
+        )
 
 
 if __name__ == "__main__":

@@ -38,16 +38,32 @@ def main():
                     composed.setdefault(key(k), k)
                 elif (k["module"], k["qualname"]) == FUSED:
                     fused.setdefault(key(k), k)
+
     def by_name(d):
         return sorted(d.values(), key=lambda k: (k["module"], k["qualname"], key(k)))
 
-    common = {"schema": 1, "vllm": "0.26.0", "recorded_on": "2026-11-29, 2x NVIDIA H200 (sm_90) with the sm_80 override",
-              "recorder": "device/sitecustomize/sitecustomize.py (Triton jit_cache_hook)"}
-    (HERE / "composed-v0.26.0-sm80.json").write_text(json.dumps(
-        {**common, "tree": "composed (series v0.26.0)", "runs": sources, "kernels": by_name(composed)}, indent=1))
-    (HERE / "stock-v0.26.0-sm80.json").write_text(json.dumps(
-        {**common, "tree": "stock 0.26.0", "derivation": __doc__.split("stock-v0.26.0-sm80.json")[1].strip(),
-         "kernels": by_name(fused)}, indent=1))
+    common = {
+        "schema": 1,
+        "vllm": "0.26.0",
+        "recorded_on": "2026-11-29, 2x NVIDIA H200 (sm_90) with the sm_80 override",
+        "recorder": "device/sitecustomize/sitecustomize.py (Triton jit_cache_hook)",
+    }
+    (HERE / "composed-v0.26.0-sm80.json").write_text(
+        json.dumps(
+            {**common, "tree": "composed (series v0.26.0)", "runs": sources, "kernels": by_name(composed)}, indent=1
+        )
+    )
+    (HERE / "stock-v0.26.0-sm80.json").write_text(
+        json.dumps(
+            {
+                **common,
+                "tree": "stock 0.26.0",
+                "derivation": __doc__.split("stock-v0.26.0-sm80.json")[1].strip(),
+                "kernels": by_name(fused),
+            },
+            indent=1,
+        )
+    )
     print(len(composed), "composed records;", len(fused), "stock records")
 
 

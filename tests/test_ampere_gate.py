@@ -149,8 +149,10 @@ def test_stock_0_26_0_fails_the_gate_on_fp8e4nv():
     assert all("fp8e4nv not supported in this architecture" in r.error for r in results)
 
 
-@pytest.mark.skipif(not (COMPOSED_TREE / "vllm" / "v1" / "attention" / "ops" / "triton_mla_sparse_kernel.py").is_file(),
-                    reason=f"no composed vLLM tree at {COMPOSED_TREE} (set VC_COMPOSED_VLLM_TREE)")
+@pytest.mark.skipif(
+    not (COMPOSED_TREE / "vllm" / "v1" / "attention" / "ops" / "triton_mla_sparse_kernel.py").is_file(),
+    reason=f"no composed vLLM tree at {COMPOSED_TREE} (set VC_COMPOSED_VLLM_TREE)",
+)
 def test_composed_sparse_attention_kernels_pass_the_gate():
     # the sparse-attention and indexer kernels: the Ampere-specific part of the record (the full record is
     # compiled by `python kernels/gate.py`, about 30 s with a warm Triton cache, minutes without)
@@ -164,5 +166,9 @@ def test_composed_sparse_attention_kernels_pass_the_gate():
 def test_gate_results_serialize_for_the_report(tree):
     (result,) = run_gate([_record("plain_kernel", "*fp32")], tree, targets=((80, 32),))
     assert json.loads(json.dumps(result.to_dict())) == {
-        "module": "vllm.ops.kern", "qualname": "plain_kernel", "target": "sm_80", "ok": True, "error": None}
-
+        "module": "vllm.ops.kern",
+        "qualname": "plain_kernel",
+        "target": "sm_80",
+        "ok": True,
+        "error": None,
+    }

@@ -23,13 +23,13 @@ PR46994 = Path("/tmp/sources/pr46994-vllm-only.diff")
 PR38476 = Path("/tmp/sources/pr38476-vllm-only.diff")
 
 
-
-
 def gnu_patch(tree: Path, patch_file: Path) -> None:
     """Apply like the old Docker recipe did: `patch -p1 --fuzz=3`, skipping already-applied hunks, no rejects."""
     subprocess.run(
         [GNU_PATCH, "-s", "-p1", "--fuzz=3", "-N", "-r", "-", "--no-backup-if-mismatch", "-i", str(patch_file)],
-        cwd=tree, capture_output=True, check=False,
+        cwd=tree,
+        capture_output=True,
+        check=False,
     )
 
 
@@ -61,7 +61,7 @@ def test_case(case: str, tmp_path: Path) -> None:
 
     got = report.to_json()
     assert len(got["hunks"]) == len(expected["hunks"])
-    for want, have in zip(expected["hunks"], got["hunks"]):
+    for want, have in zip(expected["hunks"], got["hunks"], strict=True):
         assert {k: have[k] for k in want} == want, have["reason"]
     assert report.ok is expected["ok"]
     assert got["summary"]["ok"] is expected["ok"]
@@ -93,8 +93,10 @@ def test_json_schema(tmp_path: Path) -> None:
     # apply with the stock files' own text edited as the patch says (no GNU patch needed)
     text = (patched / "pkg/config.py").read_text()
     text = text.replace('    "block_size": 16,\n', '    "block_size": 16,\n    "enforce_eager": False,\n')
-    text = text.replace('    for line in text.splitlines():\n',
-                        '    for line in text.splitlines():\n        if not line.strip():\n            continue\n')
+    text = text.replace(
+        "    for line in text.splitlines():\n",
+        "    for line in text.splitlines():\n        if not line.strip():\n            continue\n",
+    )
     (patched / "pkg/config.py").write_text(text)
 
     data = audit(DirTree(folder / "stock"), DirTree(patched), [patch]).to_json()

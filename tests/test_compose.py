@@ -409,9 +409,10 @@ def test_pr_pinned_by_commits_is_merged_three_way(series_dir, upstream, tmp_path
     git(upstream, "checkout", "-q", "v1.0.0")
     git(upstream, "checkout", "-q", "-b", "pr-101")
     (upstream / "pkg" / "mod.py").write_text(
-        MOD_V1.replace("def greet(name, *, loud=False):", 'def greet(name, *, loud=False, suffix=""):')
-        .replace("        text = text.upper()\n    return text",
-                 "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text")
+        MOD_V1.replace("def greet(name, *, loud=False):", 'def greet(name, *, loud=False, suffix=""):').replace(
+            "        text = text.upper()\n    return text",
+            "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text",
+        )
     )
     git(upstream, "commit", "-qam", "PR 101")
     sha = git(upstream, "rev-parse", "HEAD")

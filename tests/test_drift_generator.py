@@ -177,10 +177,14 @@ def test_ground_truth_on_a_drifted_target():
 
 def test_ground_truth_follows_the_anchor_wherever_it_now_is():
     # upstream appended a parameter after the anchor: the new one still goes right after the anchor
-    target = SOURCE.replace('        device: str = "cuda",\n', '        device: str = "cuda",\n        pin: bool = False,\n')
+    target = SOURCE.replace(
+        '        device: str = "cuda",\n', '        device: str = "cuda",\n        pin: bool = False,\n'
+    )
     site = site_of(SOURCE, "param", "device")
     case = build_case("t#1", "pkg/runner.py", site, "extra", SOURCE, target)
-    assert "        device: str = \"cuda\",\n        extra: int | None = None,\n        pin: bool = False,\n" in case.truth
+    assert (
+        '        device: str = "cuda",\n        extra: int | None = None,\n        pin: bool = False,\n' in case.truth
+    )
     # but only last elements are offered as sites in the source
     assert "self" not in {s.anchor for s in find_sites(SOURCE) if s.kind == "param"}
 

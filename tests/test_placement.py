@@ -34,10 +34,12 @@ def test_case_folder(case: Path) -> None:
     target = decode_text(target_file.read_bytes()) if target_file else None
     result = place_file(patch.files[0], target, patch.files[0].path)
 
-    got = [{"hunk": p.hunk.index, "verdict": p.verdict.value, "landing_line": p.landing_line}
-           for p in result.placements]
-    want = [{"hunk": h["hunk"], "verdict": h["verdict"], "landing_line": h.get("landing_line")}
-            for h in expected["hunks"]]
+    got = [
+        {"hunk": p.hunk.index, "verdict": p.verdict.value, "landing_line": p.landing_line} for p in result.placements
+    ]
+    want = [
+        {"hunk": h["hunk"], "verdict": h["verdict"], "landing_line": h.get("landing_line")} for h in expected["hunks"]
+    ]
     evidence = "\n".join(f"hunk {p.hunk.index}: {p.evidence}" for p in result.placements)
     assert got == want, evidence
     for p, h in zip(result.placements, expected["hunks"], strict=True):
@@ -86,8 +88,11 @@ def _real_data_available() -> bool:
     return V0260.is_dir() and PR46994.is_file() and PR38476.is_file()
 
 
-@pytest.mark.skipif(not _real_data_available(), reason="needs /tmp/v0260/vllm-0.26.0 and /tmp/sources/pr*.diff "
-                    "(the unpacked vLLM 0.26.0 sdist and the two pinned upstream PR diffs)")
+@pytest.mark.skipif(
+    not _real_data_available(),
+    reason="needs /tmp/v0260/vllm-0.26.0 and /tmp/sources/pr*.diff "
+    "(the unpacked vLLM 0.26.0 sdist and the two pinned upstream PR diffs)",
+)
 def test_real_prs_onto_vllm_0_26_0() -> None:
     """The four hunks GNU `patch --fuzz=3` misplaced are placed right or conflict; the rest place; all parse."""
     files: dict[str, str] = {}

@@ -16,8 +16,7 @@ from vllm_compose.placement import Verdict, place_file
 _COMMON = ["", "    pass", "    )", "        return None", "else:", "    x = 1"]
 _line = st.one_of(
     st.sampled_from(_COMMON),
-    st.builds(lambda w, n: f"{w}_{n} = compute({n})", st.sampled_from(["alpha", "beta", "gamma"]),
-              st.integers(0, 400)),
+    st.builds(lambda w, n: f"{w}_{n} = compute({n})", st.sampled_from(["alpha", "beta", "gamma"]), st.integers(0, 400)),
 )
 _file = st.lists(_line, min_size=1, max_size=60)
 
@@ -43,8 +42,9 @@ def _edited(draw):
 
 
 def _diff(base: list[str], edited: list[str], context: int) -> str:
-    body = difflib.unified_diff([ln + "\n" for ln in base], [ln + "\n" for ln in edited],
-                                "a/f.txt", "b/f.txt", n=context)
+    body = difflib.unified_diff(
+        [ln + "\n" for ln in base], [ln + "\n" for ln in edited], "a/f.txt", "b/f.txt", n=context
+    )
     return "".join(body)
 
 
@@ -175,9 +175,23 @@ else:
     flag_16 = 18
 '''.splitlines()
 
-_SNIPPETS = ["value_{n} = {n}", "def fn_{n}(self):", "return {n}", "else:", "x_{n} = (", ")", "pass  # {n}",
-             '"""{n}', "global g_{n}", "from __future__ import division  # {n}", "class K_{n}:", "elif x_{n}:",
-             "@decorator_{n}", "yield {n}", "except E_{n}:"]
+_SNIPPETS = [
+    "value_{n} = {n}",
+    "def fn_{n}(self):",
+    "return {n}",
+    "else:",
+    "x_{n} = (",
+    ")",
+    "pass  # {n}",
+    '"""{n}',
+    "global g_{n}",
+    "from __future__ import division  # {n}",
+    "class K_{n}:",
+    "elif x_{n}:",
+    "@decorator_{n}",
+    "yield {n}",
+    "except E_{n}:",
+]
 
 
 @st.composite

@@ -103,8 +103,13 @@ def test_layout_survives_fragments() -> None:
     "before, change, after, role, klass",
     [
         # the hunk shows only the closing parenthesis after the change: inside some parentheses
-        (["            batch,", "            steps,"], ["            extra=extra,"], ["        )", "", "        return x"],
-         None, "("),
+        (
+            ["            batch,", "            steps,"],
+            ["            extra=extra,"],
+            ["        )", "", "        return x"],
+            None,
+            "(",
+        ),
         # a closing `) -> T:` after the change: a signature
         (["        count: int,"], ["        extra: int = 0,"], ["    ) -> None:", "        pass"], "parameters", "("),
         # the opener is visible: exact role
@@ -147,8 +152,8 @@ def test_def_and_class_headers_are_keyed_by_kind_and_name() -> None:
     assert lay.scope(2).headers == ("def take", "class Pool")
     intent = hunk_intent(["def greet(name, *, loud=False):", "    text = name"], ["    text += '!'"], [])
     assert intent.headers == ("def greet",)
-    assert intent.accepts(Scope(headers=('def greet',))) is None
-    assert intent.accepts(Scope(headers=('def farewell',))) is not None
+    assert intent.accepts(Scope(headers=("def greet",))) is None
+    assert intent.accepts(Scope(headers=("def farewell",))) is not None
 
 
 def test_hunk_intent_compares_edited_headers_by_their_pre_image() -> None:
@@ -182,7 +187,9 @@ def test_lazy_layout_answers_like_the_eager_one() -> None:
         assert lazy.scope(i) == eager.scope(i), i
         assert lazy.role_at(i) == eager.role_at(i), i
     assert (lazy.code_start, lazy.indent, lazy.unmatched_closers) == (
-        eager.code_start, eager.indent, eager.unmatched_closers
+        eager.code_start,
+        eager.indent,
+        eager.unmatched_closers,
     )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 
 import pytest
 
@@ -29,9 +28,19 @@ from vllm_compose.validation.tinyglm import (  # noqa: E402
 )
 
 #: small enough to write in milliseconds, keeping the widths the kernels fix (576-wide latent, 128-wide indexer head)
-SMALL = TinyGlmSpec(vocab_size=64, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-                    num_attention_heads=2, n_routed_experts=4, num_experts_per_tok=2, q_lora_rank=32,
-                    index_n_heads=4, index_topk=16, num_hidden_layers=4)
+SMALL = TinyGlmSpec(
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=96,
+    moe_intermediate_size=32,
+    num_attention_heads=2,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    q_lora_rank=32,
+    index_n_heads=4,
+    index_topk=16,
+    num_hidden_layers=4,
+)
 
 
 def test_config_names_the_glm_dsa_architecture_and_keeps_topk_below_max_len():
@@ -88,8 +97,10 @@ def test_layout_mtp_nextn_layer_follows_the_decoder_layers():
 def test_layout_shapes_follow_the_mla_and_indexer_dimensions():
     s, layout = SMALL, tensor_layout(SMALL)
     a = "model.layers.1.self_attn"
-    assert layout[f"{a}.q_b_proj.weight"][0] == (s.num_attention_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim),
-                                                 s.q_lora_rank)
+    assert layout[f"{a}.q_b_proj.weight"][0] == (
+        s.num_attention_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim),
+        s.q_lora_rank,
+    )
     assert layout[f"{a}.kv_a_proj_with_mqa.weight"][0] == (576, s.hidden_size)
     assert layout[f"{a}.kv_b_proj.weight"][0] == (s.num_attention_heads * (s.qk_nope_head_dim + s.v_head_dim), 512)
     assert layout[f"{a}.o_proj.weight"][0] == (s.hidden_size, s.num_attention_heads * s.v_head_dim)
@@ -154,7 +165,14 @@ def test_the_safetensors_package_reads_the_file_when_installed(tmp_path):
 
 @pytest.mark.parametrize(
     ("layers", "pp", "parts"),
-    [(4, 1, [4]), (4, 2, [2, 2]), (4, 4, [1, 1, 1, 1]), (5, 4, [1, 1, 2, 1]), (6, 4, [1, 2, 2, 1]), (9, 4, [2, 2, 3, 2])],
+    [
+        (4, 1, [4]),
+        (4, 2, [2, 2]),
+        (4, 4, [1, 1, 1, 1]),
+        (5, 4, [1, 1, 2, 1]),
+        (6, 4, [1, 2, 2, 1]),
+        (9, 4, [2, 2, 3, 2]),
+    ],
 )
 def test_pp_layer_partition_matches_vllms_even_split(layers, pp, parts):
     assert pp_layer_partition(layers, pp) == parts

@@ -78,7 +78,7 @@ diff --git a/vllm/runner.py b/vllm/runner.py
 """
 
 #: a fix that calls a helper nobody defines: compiles, imports, and is caught only by the undefined-names check
-BAD_FIX_BODY = FIX_BODY.replace('name.strip()', 'normalise(name)')
+BAD_FIX_BODY = FIX_BODY.replace("name.strip()", "normalise(name)")
 
 
 def format_patch(subject: str, body: str) -> str:
@@ -96,7 +96,8 @@ def write_series(folder: Path, sources: Path, fix_body: str = FIX_BODY) -> Path:
     (sources / "pr101.diff").write_text(PR_PATCH)
     sha = hashlib.sha256(PR_PATCH.encode()).hexdigest()
     (folder / "patches" / "0001-helper-strip.patch").write_text(format_patch("Strip names in helper", fix_body))
-    (folder / "series.toml").write_text(textwrap.dedent(f"""\
+    (folder / "series.toml").write_text(
+        textwrap.dedent(f"""\
         [series]
         name = "toy"
 
@@ -119,7 +120,8 @@ def write_series(folder: Path, sources: Path, fix_body: str = FIX_BODY) -> Path:
         upstream_status = "Inappropriate"
         tags = ">=0.26.0,<0.27.0"
         why = "skew"
-        """))
+        """)
+    )
     return folder
 
 

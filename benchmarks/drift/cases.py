@@ -78,7 +78,10 @@ def make_diff(path: str, old: str, new: str, context: int = 3) -> str:
     while s < limit - p and old_lines[-1 - s] == new_lines[-1 - s]:
         s += 1
     lo = max(0, p - context)
-    old_hi, new_hi = min(len(old_lines), len(old_lines) - s + context), min(len(new_lines), len(new_lines) - s + context)
+    old_hi, new_hi = (
+        min(len(old_lines), len(old_lines) - s + context),
+        min(len(new_lines), len(new_lines) - s + context),
+    )
     body = [f"--- a/{path}", f"+++ b/{path}"]
     for line in difflib.unified_diff(old_lines[lo:old_hi], new_lines[lo:new_hi], n=context, lineterm=""):
         if line.startswith(("---", "+++")):
@@ -130,7 +133,7 @@ def _contains(haystack: list[str], needle: list[str]) -> bool:
 
 
 def drift_class(diff: str, target_text: str) -> str:
-    """"undrifted" when the diff's pre-image occurs verbatim in the target, else "drifted"."""
+    """ "undrifted" when the diff's pre-image occurs verbatim in the target, else "drifted"."""
     return "undrifted" if _contains(target_text.split("\n"), pre_image(diff)) else "drifted"
 
 

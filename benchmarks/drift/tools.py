@@ -67,9 +67,7 @@ class Workbench:
 
     @staticmethod
     def _git(repo: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["git", *args], cwd=repo, env=_GIT_ENV, input=stdin, capture_output=True, check=False
-        )
+        return subprocess.run(["git", *args], cwd=repo, env=_GIT_ENV, input=stdin, capture_output=True, check=False)
 
     @staticmethod
     def _write(root: Path, path: str, text: str) -> Path:

@@ -36,7 +36,7 @@ from .scope import Scope, scope_at
 from .trees import FileTree
 
 
-class AuditVerdict(str, enum.Enum):
+class AuditVerdict(enum.StrEnum):
     """What the audit found for one hunk."""
 
     EXACT = "exact"  # landed where the engine puts it; pre-image verbatim at the header's line
@@ -299,9 +299,7 @@ def _unique_anchors(
         if line in count_a:
             count_b[line] = count_b.get(line, 0) + 1
             where_b[line] = j
-    pairs = sorted(
-        (where_a[line], j) for line, j in where_b.items() if count_b[line] == 1 and count_a[line] == 1
-    )
+    pairs = sorted((where_a[line], j) for line, j in where_b.items() if count_b[line] == 1 and count_a[line] == 1)
     if not pairs:
         return []
     # longest increasing subsequence of j over pairs sorted by i
@@ -436,7 +434,7 @@ class _Site:
     #: old_pos of the equivalent alignment with the run slid down as far as it goes (equal keys: the same site)
     key: int = -1
 
-    def same_place(self, other: "_Site") -> bool:
+    def same_place(self, other: _Site) -> bool:
         return self.old_pos == other.old_pos or self.key == other.key
 
 
@@ -644,7 +642,7 @@ def audit(stock: FileTree, patched: FileTree, patches: list[Patch]) -> AuditRepo
             placements = _place(fp, state.expected, state.final_newline, exists, path)
             for hunk in fp.hunks:
                 state.removed_later.subtract(hunk.removed)
-            for hunk, placement in zip(fp.hunks, placements):
+            for hunk, placement in zip(fp.hunks, placements, strict=True):
                 findings.append(_audit_hunk(label, path, hunk, placement, state))
             for hunk in fp.hunks:
                 state.added_so_far.update(hunk.added)
@@ -679,11 +677,21 @@ def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> tupl
         if site is None:
             return None
         _claim(site, c_old, c_new)
-        sites.append(_Site(site.old_pos + lo, None if site.new_pos is None else site.new_pos + lo,
-                           site.old_len, site.new_len, site.key + lo))
+        sites.append(
+            _Site(
+                site.old_pos + lo,
+                None if site.new_pos is None else site.new_pos + lo,
+                site.old_len,
+                site.new_len,
+                site.key + lo,
+            )
+        )
     stock_sites = [
         _Site(
-            _expected_to_stock(state, s.old_pos, bool(s.old_len)), s.new_pos, s.old_len, s.new_len,
+            _expected_to_stock(state, s.old_pos, bool(s.old_len)),
+            s.new_pos,
+            s.old_len,
+            s.new_len,
             _expected_to_stock(state, s.key, bool(s.old_len)),
         )
         for s in sites
@@ -739,15 +747,23 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
             )
         return finding(AuditVerdict.ALREADY_APPLIED, "stock already contains the hunk's post-image")
 
-    if not complete and placement.ok and groups and all(
-        all(state.removed_later[line] > 0 for line in added) and added for _, added in groups
+    if (
+        not complete
+        and placement.ok
+        and groups
+        and all(all(state.removed_later[line] > 0 for line in added) and added for _, added in groups)
     ):
         # a later patch rewrote every line this hunk added: its landing cannot be seen in the patched file
         verdict = {Verdict.EXACT: AuditVerdict.EXACT, Verdict.OFFSET: AuditVerdict.OFFSET}.get(
             placement.verdict, AuditVerdict.FUZZY
         )
         return AuditHunk(
-            label, path, hunk.index, verdict, None, expected_at,
+            label,
+            path,
+            hunk.index,
+            verdict,
+            None,
+            expected_at,
             "its added lines were changed again by a later patch; landing not observable, the engine's site is "
             f"line {expected_at}",
             expected_scope=placement.scope,
@@ -755,8 +771,10 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
 
     if not complete:
         missing = len(groups) - n_found
-        what = "not present in the patched file" if n_found == 0 else (
-            f"only partly present ({missing} of {len(groups)} change groups missing)"
+        what = (
+            "not present in the patched file"
+            if n_found == 0
+            else (f"only partly present ({missing} of {len(groups)} change groups missing)")
         )
         return finding(AuditVerdict.FAILED, what + _engine_note(placement), expected_scope=placement.scope)
 
@@ -774,7 +792,7 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
             landed_scope=l_scope,
         )
 
-    same = len(expected) == len(landed) and all(e.same_place(s) for e, s in zip(expected, landed))
+    same = len(expected) == len(landed) and all(e.same_place(s) for e, s in zip(expected, landed, strict=True))
     if same:
         verdict = {
             Verdict.EXACT: AuditVerdict.EXACT,
@@ -783,7 +801,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
         reason = {
             AuditVerdict.EXACT: "landed where the patch says",
             AuditVerdict.OFFSET: f"landed at the engine's site (offset {_offset(hunk, expected_at):+d})"
-            if expected_at is not None else "landed at the engine's site",
+            if expected_at is not None
+            else "landed at the engine's site",
             AuditVerdict.FUZZY: f"context differed; landed at the engine's unique best site ({placement.verdict})",
         }[verdict]
         return finding(verdict, reason, landed_scope=placement.scope, expected_scope=placement.scope)
@@ -795,7 +814,7 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: 
     where_e = f" ({e_scope.describe()})" if e_scope else ""
     if landed_at == expected_at:
         # first groups agree, a later group of the same hunk went elsewhere
-        bad = next(g for g, (e, s) in enumerate(zip(expected, landed)) if not e.same_place(s))
+        bad = next(g for g, (e, s) in enumerate(zip(expected, landed, strict=False)) if not e.same_place(s))
         reason = (
             f"change group {bad + 1} landed at line {landed[bad].old_pos + 1}, "
             f"belongs at line {expected[bad].old_pos + 1}"
@@ -847,7 +866,12 @@ def render_text(report: AuditReport, width: int = 60) -> str:
         if h.expected_at is None and h.rejected_at is not None:
             # the site the engine would have taken had it accepted one; its pre-image starts at that line
             left += _column(
-                "engine's best (rejected) site", h.rejected_at, None, h.rejected_excerpt, "", width,
+                "engine's best (rejected) site",
+                h.rejected_at,
+                None,
+                h.rejected_excerpt,
+                "",
+                width,
                 note=f"score {h.rejected_score:.2f}" if h.rejected_score is not None else "",
             )
         right = _column("landed", h.landed_at, h.landed_scope, h.landed_excerpt, h.change_line, width)

@@ -240,8 +240,9 @@ def run_git(repo: pygit2.Repository, *args: str, timeout: float | None = None) -
             env=env,
         )
     except git.GitCommandNotFound as exc:
-        raise RepositoryError("the git command is not installed", hint="install git (it is needed for ref "
-                              "updates and fetches)") from exc
+        raise RepositoryError(
+            "the git command is not installed", hint="install git (it is needed for ref updates and fetches)"
+        ) from exc
     return subprocess.CompletedProcess(args, status, out, err)
 
 

@@ -99,7 +99,7 @@ _EXACT, _EOL, _WS, _INDENT = "exact", "line-end", "whitespace", "indentation"
 _CREDIT = {_EXACT: 1.0, _EOL: 0.9, _WS: 0.9, _INDENT: 0.75}
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     """What placing one hunk found."""
 
     EXACT = "exact"  # pre-image found verbatim at the header's line
@@ -398,12 +398,12 @@ def _alignments(P: list[str], tgt: _Target) -> list[_Alignment]:
         lo = max(0, t - j - slack)
         hi = min(n_lines, t + (m - j) + slack)
         _, pre_map = _dp(P[:j], Pn[:j], W[:j], tgt.lines[lo:t], tgt.norm[lo:t], True, False)
-        _, post_map = _dp(
-            P[j + 1 :], Pn[j + 1 :], W[j + 1 :], tgt.lines[t + 1 : hi], tgt.norm[t + 1 : hi], False, True
+        _, post_map = _dp(P[j + 1 :], Pn[j + 1 :], W[j + 1 :], tgt.lines[t + 1 : hi], tgt.norm[t + 1 : hi], False, True)
+        mapping = (
+            [None if x is None else x + lo for x in pre_map]
+            + [t]
+            + [None if x is None else x + t + 1 for x in post_map]
         )
-        mapping = [None if x is None else x + lo for x in pre_map] + [t] + [
-            None if x is None else x + t + 1 for x in post_map
-        ]
         key = tuple(mapping)
         if key in found:
             continue
@@ -526,7 +526,7 @@ def _reindent(line: str, delta: int, unit: str) -> str | None:
     if delta > 0:
         return unit * delta + line
     lead = _lead(line)
-    if len(lead) < -delta or set(lead[: -delta]) != {unit}:
+    if len(lead) < -delta or set(lead[:-delta]) != {unit}:
         return None
     return line[-delta:]
 
@@ -547,14 +547,20 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
         added_n = [_norm(x) for x in g.added]
         if g.b > g.a and all(t is not None for t in removed_t):
             if any(removed_t[k + 1] != removed_t[k] + 1 for k in range(len(removed_t) - 1)):
-                return _Plan([], f"the target has lines of its own inside the lines the hunk removes "
-                                 f"(target lines {removed_t[0] + 1}..{removed_t[-1] + 1})")
+                return _Plan(
+                    [],
+                    f"the target has lines of its own inside the lines the hunk removes "
+                    f"(target lines {removed_t[0] + 1}..{removed_t[-1] + 1})",
+                )
             start, end = removed_t[0], removed_t[-1] + 1
         else:
             if g.b > g.a and any(t is not None for t in removed_t):
                 gone = [P[j].strip() for j in range(g.a, g.b) if M[j] is None]
-                return _Plan([], f"the target changed lines the hunk removes: `{gone[0]}`"
-                                 + (f" and {len(gone) - 1} more" if len(gone) > 1 else ""))
+                return _Plan(
+                    [],
+                    f"the target changed lines the hunk removes: `{gone[0]}`"
+                    + (f" and {len(gone) - 1} more" if len(gone) > 1 else ""),
+                )
             prev = M[g.a - 1] if g.a > 0 else None
             nxt = M[g.b] if g.b < m else None
             if g.b == g.a:
@@ -570,11 +576,17 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                         edits.append(_Edit(prev + 1, nxt, [], True))
                         continue
                     if g.b > g.a:
-                        return _Plan([], f"the target changed lines the hunk removes (target lines "
-                                         f"{prev + 2}..{nxt}: `{T[between[0]].strip()}`)")
-                    return _Plan([], f"both sides changed the same place: the target has "
-                                     f"{len(between)} line(s) of its own between target lines {prev + 1} and "
-                                     f"{nxt + 1} (`{T[between[0]].strip()}`) where the hunk adds lines")
+                        return _Plan(
+                            [],
+                            f"the target changed lines the hunk removes (target lines "
+                            f"{prev + 2}..{nxt}: `{T[between[0]].strip()}`)",
+                        )
+                    return _Plan(
+                        [],
+                        f"both sides changed the same place: the target has "
+                        f"{len(between)} line(s) of its own between target lines {prev + 1} and "
+                        f"{nxt + 1} (`{T[between[0]].strip()}`) where the hunk adds lines",
+                    )
                 if g.b > g.a:
                     # removed lines gone, nothing in their place: already applied when nothing is to be added
                     if not added_n:
@@ -583,8 +595,7 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                     return _Plan([], "the target no longer has the lines the hunk removes")
                 start = end = nxt
             elif g.b > g.a:
-                return _Plan([], "the target no longer has the lines the hunk removes, and no line next to "
-                                 "them agrees")
+                return _Plan([], "the target no longer has the lines the hunk removes, and no line next to them agrees")
             elif prev is not None or nxt is not None:
                 # one neighbour anchors the insertion; already applied when the added lines sit right there
                 start = end = prev + 1 if prev is not None else nxt
@@ -616,8 +627,11 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
         delta = 0
         if len(dset) > 1 and g.added:
             desc = ", ".join(f"`{P[j].strip()}` {d:+d}" for d, j in deltas)
-            return _Plan([], f"inconsistent indentation drift around the change ({desc}): cannot tell how "
-                             f"deep the added lines belong")
+            return _Plan(
+                [],
+                f"inconsistent indentation drift around the change ({desc}): cannot tell how "
+                f"deep the added lines belong",
+            )
         if dset:
             delta = dset.pop()
         unit = "\t" if any(_lead(T[t]).startswith("\t") for t in M if t is not None) and delta else " "
@@ -649,9 +663,11 @@ def _changed_context_copied(hunk: Hunk, al: _Alignment) -> str | None:
     P = hunk.pre_image
     for j, t in enumerate(al.mapping):
         if t is None and pre_ops[j] == " " and _has_identity_text(P[j]) and _norm(P[j]) in added:
-            return (f"the target changed the context line `{P[j].strip()}`, and the hunk adds a copy of that line: "
-                    "which copy the target's change belongs to depends on how the diff aligned the repeated lines, "
-                    "so the merge is not decided here")
+            return (
+                f"the target changed the context line `{P[j].strip()}`, and the hunk adds a copy of that line: "
+                "which copy the target's change belongs to depends on how the diff aligned the repeated lines, "
+                "so the merge is not decided here"
+            )
     return None
 
 
@@ -663,7 +679,9 @@ def _has_identity_text(line: str) -> bool:
 #: the head that names what a line is about: an assigned, annotated or called name (``x =``, ``self.y[i] +=``,
 #: ``name:``, ``call(``), a keyword argument, a def/class name
 _DEF_LINE = re.compile(r"\s*(?:async\s+)?(?:def|class)\s")
-_IDENTITY = re.compile(r"\s*(?:(?:async\s+)?(def|class)\s+(\w+)|(\w+(?:\.\w+|\[[^\]]*\])*)\s*([-+*/%&|^@]?=(?!=)|:|\())")
+_IDENTITY = re.compile(
+    r"\s*(?:(?:async\s+)?(def|class)\s+(\w+)|(\w+(?:\.\w+|\[[^\]]*\])*)\s*([-+*/%&|^@]?=(?!=)|:|\())"
+)
 
 
 def _identity(line: str) -> str | None:
@@ -680,7 +698,9 @@ def _identity(line: str) -> str | None:
     return f"{head} {m.group(4)}"
 
 
-def _insertion_anchors(P: list[str], M: list[int | None], g: _Group, tgt: _Target) -> tuple[int | None, int | None] | str:
+def _insertion_anchors(
+    P: list[str], M: list[int | None], g: _Group, tgt: _Target
+) -> tuple[int | None, int | None] | str:
     """Check the lines that anchor a pure insertion, and re-find the changed ones.
 
     An insertion sits between the nearest non-blank pre-image lines before and after it (its anchors: the statement
@@ -715,13 +735,17 @@ def _insertion_anchors(P: list[str], M: list[int | None], g: _Group, tgt: _Targe
             in_place = [t for t in range(lo, hi) if tgt.norm[t]]
             if in_place:
                 t = in_place[-1]
-                return (f"the line the insertion follows, `{P[j].strip()}`, was changed in the target (target line "
-                        f"{t + 1}: `{tgt.lines[t].strip()}`): the site the hunk was made for is gone")
+                return (
+                    f"the line the insertion follows, `{P[j].strip()}`, was changed in the target (target line "
+                    f"{t + 1}: `{tgt.lines[t].strip()}`): the site the hunk was made for is gone"
+                )
     before = found[0] if found[0] is not None else (M[g.a - 1] if g.a > 0 else None)
     after = found[1] if found[1] is not None else (M[g.b] if g.b < m else None)
     if before is not None and after is not None and before >= after:
-        return (f"the lines around the insertion are in another order in the target (target lines {before + 1} "
-                f"and {after + 1}): the site the hunk was made for is gone")
+        return (
+            f"the lines around the insertion are in another order in the target (target lines {before + 1} "
+            f"and {after + 1}): the site the hunk was made for is gone"
+        )
     return found[0], found[1]
 
 
@@ -801,8 +825,10 @@ def _container_problem(P: list[str], g: _Group, al: _Alignment, tgt: _Target, at
         while f is not None and f is not frame:
             f = f.parent
         if f is None:
-            return (f"container: the hunk shows `{P[j].strip()}` inside the same brackets as its change; in the "
-                    f"target it is outside the brackets of the site (target lines {t + 1} and {at + 1})")
+            return (
+                f"container: the hunk shows `{P[j].strip()}` inside the same brackets as its change; in the "
+                f"target it is outside the brackets of the site (target lines {t + 1} and {at + 1})"
+            )
     return None
 
 
@@ -849,8 +875,9 @@ def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment
         names = tgt.sections.names_at(start)
         chain_names = [c.split()[-1] for c in (first_edit_scope.chain if first_edit_scope else ())]
         if name not in names and name not in chain_names:
-            return (f"{_SECTION}the hunk's `@@` header names `{hunk.section.strip()}`, the target site follows "
-                    + (" / ".join(f"`{n}`" for n in names) or "no def/class"))
+            return f"{_SECTION}the hunk's `@@` header names `{hunk.section.strip()}`, the target site follows " + (
+                " / ".join(f"`{n}`" for n in names) or "no def/class"
+            )
     return None
 
 
@@ -978,8 +1005,15 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
     applied_flags = [e.applied for e in plan.edits]
     if all(applied_flags):
         return Placement(
-            hunk, Verdict.ALREADY_APPLIED, start=plan.edits[0].start, end=plan.edits[-1].end, replacement=None,
-            landing_line=landing, scope=scope, score=al.score, candidates=candidates,
+            hunk,
+            Verdict.ALREADY_APPLIED,
+            start=plan.edits[0].start,
+            end=plan.edits[-1].end,
+            replacement=None,
+            landing_line=landing,
+            scope=scope,
+            score=al.score,
+            candidates=candidates,
             evidence="; ".join(["the target already has the hunk's result"] + evidence),
         )
     if any(applied_flags):
@@ -1004,8 +1038,17 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
     if (hunk.old_no_newline or hunk.new_no_newline) and (last_t == len(tgt.lines) - 1 or end == len(tgt.lines)):
         eof = not hunk.new_no_newline
     return Placement(
-        hunk, verdict, start=start, end=end, replacement=replacement, landing_line=landing, scope=scope,
-        evidence="; ".join(evidence), score=al.score, candidates=candidates, eof_newline=eof,
+        hunk,
+        verdict,
+        start=start,
+        end=end,
+        replacement=replacement,
+        landing_line=landing,
+        scope=scope,
+        evidence="; ".join(evidence),
+        score=al.score,
+        candidates=candidates,
+        eof_newline=eof,
     )
 
 
@@ -1035,15 +1078,33 @@ def _place_without_context(hunk: Hunk, tgt: _Target) -> Placement:
     """A hunk with no pre-image: only an empty target (or a new file) gives it a place."""
     added = [tgt.eol(x) for x in hunk.added]
     if not tgt.lines:
-        return Placement(hunk, Verdict.EXACT, start=0, end=0, replacement=added, landing_line=1,
-                         evidence="empty target: the hunk's lines make the file", score=1.0,
-                         eof_newline=not hunk.new_no_newline)
+        return Placement(
+            hunk,
+            Verdict.EXACT,
+            start=0,
+            end=0,
+            replacement=added,
+            landing_line=1,
+            evidence="empty target: the hunk's lines make the file",
+            score=1.0,
+            eof_newline=not hunk.new_no_newline,
+        )
     if [_norm(x) for x in tgt.lines] == [_norm(x) for x in hunk.added]:
-        return Placement(hunk, Verdict.ALREADY_APPLIED, start=0, end=len(tgt.lines), landing_line=1,
-                         evidence="the target already is the hunk's post-image", score=1.0)
-    return Placement(hunk, Verdict.CONFLICT,
-                     evidence="the hunk has no context lines, and the target is not empty: nothing anchors it "
-                              "(a line number alone is never enough)")
+        return Placement(
+            hunk,
+            Verdict.ALREADY_APPLIED,
+            start=0,
+            end=len(tgt.lines),
+            landing_line=1,
+            evidence="the target already is the hunk's post-image",
+            score=1.0,
+        )
+    return Placement(
+        hunk,
+        Verdict.CONFLICT,
+        evidence="the hunk has no context lines, and the target is not empty: nothing anchors it "
+        "(a line number alone is never enough)",
+    )
 
 
 def _already_applied(hunk: Hunk, tgt: _Target, groups: list[_Group]) -> Placement | None:
@@ -1078,7 +1139,12 @@ def _already_applied(hunk: Hunk, tgt: _Target, groups: list[_Group]) -> Placemen
     landing = (ts[0] + 1) if ts else _line_of(best)
     scope = tgt.layout.scope(ts[0]) if tgt.is_py and ts else None
     return Placement(
-        hunk, Verdict.ALREADY_APPLIED, start=None, end=None, landing_line=landing, scope=scope,
+        hunk,
+        Verdict.ALREADY_APPLIED,
+        start=None,
+        end=None,
+        landing_line=landing,
+        scope=scope,
         score=best.score,
         evidence=f"post-image found: {_describe(best, Q)}; the pre-image is not in the target",
     )
@@ -1098,43 +1164,94 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
         lines: list[str] = []
         placements = []
         for h in hunks:
-            placements.append(Placement(h, Verdict.EXACT, start=len(lines), end=len(lines),
-                                        replacement=list(h.added), landing_line=len(lines) + 1,
-                                        evidence="new file", score=1.0))
+            placements.append(
+                Placement(
+                    h,
+                    Verdict.EXACT,
+                    start=len(lines),
+                    end=len(lines),
+                    replacement=list(h.added),
+                    landing_line=len(lines) + 1,
+                    evidence="new file",
+                    score=1.0,
+                )
+            )
             lines.extend(h.added)
         final_nl = not (hunks and hunks[-1].new_no_newline)
         return FilePlacement(file_patch, placements, join_lines(lines, final_nl) if hunks else "")
     if target_text is None:
         if file_patch.is_delete:
-            return FilePlacement(file_patch, [
-                Placement(h, Verdict.ALREADY_APPLIED, evidence="the file is already gone") for h in hunks
-            ], None)
-        return FilePlacement(file_patch, [
-            Placement(h, Verdict.CONFLICT, evidence=f"{path} does not exist in the target") for h in hunks
-        ], None)
+            return FilePlacement(
+                file_patch,
+                [Placement(h, Verdict.ALREADY_APPLIED, evidence="the file is already gone") for h in hunks],
+                None,
+            )
+        return FilePlacement(
+            file_patch,
+            [Placement(h, Verdict.CONFLICT, evidence=f"{path} does not exist in the target") for h in hunks],
+            None,
+        )
     lines, final_nl = split_lines(target_text)
     if file_patch.is_new:
         post = [x for h in hunks for x in h.added]
         if [_norm(x) for x in post] == [_norm(x) for x in lines]:
-            return FilePlacement(file_patch, [
-                Placement(h, Verdict.ALREADY_APPLIED, landing_line=1, evidence="the file already exists with "
-                          "the patch's content") for h in hunks
-            ], target_text)
-        return FilePlacement(file_patch, [
-            Placement(h, Verdict.CONFLICT, evidence=f"the patch creates {path}, but the target already has a "
-                      "different file there") for h in hunks
-        ], target_text)
+            return FilePlacement(
+                file_patch,
+                [
+                    Placement(
+                        h,
+                        Verdict.ALREADY_APPLIED,
+                        landing_line=1,
+                        evidence="the file already exists with the patch's content",
+                    )
+                    for h in hunks
+                ],
+                target_text,
+            )
+        return FilePlacement(
+            file_patch,
+            [
+                Placement(
+                    h,
+                    Verdict.CONFLICT,
+                    evidence=f"the patch creates {path}, but the target already has a different file there",
+                )
+                for h in hunks
+            ],
+            target_text,
+        )
     if file_patch.is_delete:
         pre = [x for h in hunks for x in h.pre_image]
         if [_strip_cr(x) for x in pre] == [_strip_cr(x) for x in lines]:
-            return FilePlacement(file_patch, [
-                Placement(h, Verdict.EXACT, start=0, end=len(lines), replacement=[], landing_line=1,
-                          evidence="deleted file matches the patch exactly", score=1.0) for h in hunks
-            ], None)
-        return FilePlacement(file_patch, [
-            Placement(h, Verdict.CONFLICT, evidence=f"the patch deletes {path}, but the target's content differs "
-                      "from what the patch removes") for h in hunks
-        ], target_text)
+            return FilePlacement(
+                file_patch,
+                [
+                    Placement(
+                        h,
+                        Verdict.EXACT,
+                        start=0,
+                        end=len(lines),
+                        replacement=[],
+                        landing_line=1,
+                        evidence="deleted file matches the patch exactly",
+                        score=1.0,
+                    )
+                    for h in hunks
+                ],
+                None,
+            )
+        return FilePlacement(
+            file_patch,
+            [
+                Placement(
+                    h,
+                    Verdict.CONFLICT,
+                    evidence=f"the patch deletes {path}, but the target's content differs from what the patch removes",
+                )
+                for h in hunks
+            ],
+            target_text,
+        )
 
     tgt = _target(lines, path)
     placements = [_place(h, tgt) for h in hunks]
@@ -1222,7 +1339,7 @@ def _statement_run(tgt: _Target, applied: list[Placement]) -> tuple[int, int, li
     level = 0
     if classes:
         level = lay.indent[outer_first[classes]] if classes < len(outer_first) else lay.indent[j]
-    for k in ([level, 0] if level else [0]):
+    for k in [level, 0] if level else [0]:
         a = _statement_start(lay, lo, k)
         if a is None:
             continue

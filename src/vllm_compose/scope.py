@@ -95,7 +95,19 @@ _ROLE_CLASS = {
     "string": "string",
 }
 _COMPOUND = {
-    "if", "elif", "else", "for", "while", "try", "except", "finally", "with", "def", "class", "async", "match",
+    "if",
+    "elif",
+    "else",
+    "for",
+    "while",
+    "try",
+    "except",
+    "finally",
+    "with",
+    "def",
+    "class",
+    "async",
+    "match",
     "case",
 }
 _BRANCH = {"if", "elif", "else", "try", "except", "finally", "case"}
@@ -151,8 +163,9 @@ class _Frame:
 
     __slots__ = ("char", "text", "col", "line", "stmt_line", "parent", "_role", "_next")
 
-    def __init__(self, char: str, text: str, col: int, line: int, stmt_line: int, parent: _Frame | None,
-                 next_line: str = "") -> None:
+    def __init__(
+        self, char: str, text: str, col: int, line: int, stmt_line: int, parent: _Frame | None, next_line: str = ""
+    ) -> None:
         self.char = char
         self.text = text
         self.col = col
@@ -384,7 +397,7 @@ class PythonLayout:
         the line itself: a hunk compares a header it edits by its pre-image text, and has None for a header it
         adds (no target has it; the key is then None, and an else/elif owned by it is keyed without owner)."""
         self.ensure(j)
-        text = (self.lines[j] if texts is None else texts[j])
+        text = self.lines[j] if texts is None else texts[j]
         if text is None:
             return None
         text = text.strip()
@@ -529,20 +542,25 @@ class HunkIntent:
         """None when `scope` agrees with this intent, else the reason it does not."""
         if self.klass is not None:
             got = role_class(scope.role)
-            if self.role is not None and self.role != scope.role and not (
-                {self.role, scope.role} <= {"block", "module"}
+            if (
+                self.role is not None
+                and self.role != scope.role
+                and not ({self.role, scope.role} <= {"block", "module"})
             ):
                 return f"role: hunk puts the change in {self.role} ({self.evidence}), target site is {scope.role}"
             if self.role is None and got != self.klass:
-                return f"role: hunk puts the change inside {_klass_words(self.klass)} ({self.evidence}), " \
-                       f"target site is {scope.role}"
+                return (
+                    f"role: hunk puts the change inside {_klass_words(self.klass)} ({self.evidence}), "
+                    f"target site is {scope.role}"
+                )
         k = 0
         for h in self.headers:
             while k < len(scope.headers) and not _same_header(h, scope.headers[k]):
                 k += 1
             if k == len(scope.headers):
-                return f"scope: hunk shows the change under `{h.replace('|', ' of ')}`, target site is under " \
-                       + (", ".join(f"`{x.replace('|', ' of ')}`" for x in scope.headers) or "no header")
+                return f"scope: hunk shows the change under `{h.replace('|', ' of ')}`, target site is under " + (
+                    ", ".join(f"`{x.replace('|', ' of ')}`" for x in scope.headers) or "no header"
+                )
             k += 1
         return None
 
@@ -555,9 +573,7 @@ def _same_header(hunk_key: str, target_key: str) -> bool:
 
 
 def _klass_words(klass: str) -> str:
-    return {"(": "parentheses", "[": "square brackets", "{": "braces", "stmt": "a statement block"}.get(
-        klass, klass
-    )
+    return {"(": "parentheses", "[": "square brackets", "{": "braces", "stmt": "a statement block"}.get(klass, klass)
 
 
 def hunk_intent(
@@ -584,6 +600,7 @@ def hunk_intent(
     def keys(heads: list[int]) -> tuple[str, ...]:
         found = (lay.header_key(j, 0, texts) for j in heads)
         return tuple(k for k in found if k is not None)
+
     if lay.in_string_at[len(lay.lines)]:
         return HunkIntent(None, None, (), "hunk ends inside a string; role unknown")
     first_code = next((ln for ln in change if ln.strip() and not ln.strip().startswith("#")), None)
@@ -597,7 +614,9 @@ def hunk_intent(
         if _DEF_RE.match(lay.lines[outer.stmt_line]):
             heads = [outer.stmt_line] + heads  # inside a signature or class bases: that def/class encloses it
         return HunkIntent(
-            frame.role, role_class(frame.role), keys(heads),
+            frame.role,
+            role_class(frame.role),
+            keys(heads),
             f"opened at `{lay.lines[frame.line].strip()}`",
         )
     if lay.in_string_at[n_before]:
@@ -617,9 +636,7 @@ def hunk_intent(
     if indent is None:
         return HunkIntent(None, None, (), "change has no code line")
     heads = [j for j in lay.header_lines(n_before, indent) if lay.is_header(j)]
-    return HunkIntent(
-        None, "stmt", keys(heads), "statement level (no open bracket around it)"
-    )
+    return HunkIntent(None, "stmt", keys(heads), "statement level (no open bracket around it)")
 
 
 def parse_error(text: str, path: str = "<file>") -> tuple[int, str] | None:

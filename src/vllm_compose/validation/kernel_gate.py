@@ -47,8 +47,13 @@ class GateResult:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "qualname": self.qualname, "target": f"sm_{self.target}", "ok": self.ok,
-                "error": self.error}
+        return {
+            "module": self.module,
+            "qualname": self.qualname,
+            "target": f"sm_{self.target}",
+            "ok": self.ok,
+            "error": self.error,
+        }
 
 
 @dataclass
@@ -65,8 +70,11 @@ class _TolerantLoader:
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
                 return candidate
-        raise KernelGateError(f"module {name} not found in the tree", file=str(base),
-                              hint="record and gate kernels against the same vLLM tree")
+        raise KernelGateError(
+            f"module {name} not found in the tree",
+            file=str(base),
+            hint="record and gate kernels against the same vLLM tree",
+        )
 
     def namespace(self, name: str) -> dict[str, Any]:
         if name in self.modules:
@@ -79,8 +87,14 @@ class _TolerantLoader:
                 import triton.language.extra.libdevice as tldevice
             except ImportError:  # older Triton
                 tldevice = None
-            ns = {"triton": triton, "tl": tl, "tldevice": tldevice, "HAS_TRITON": True,
-                  "LOG2E": 1.4426950408889634, "LOGE2": 0.6931471805599453}
+            ns = {
+                "triton": triton,
+                "tl": tl,
+                "tldevice": tldevice,
+                "HAS_TRITON": True,
+                "LOG2E": 1.4426950408889634,
+                "LOGE2": 0.6931471805599453,
+            }
             self.modules[name] = ns
             return ns
         path = self.module_file(name)
@@ -148,8 +162,11 @@ class _TolerantLoader:
             self.resolve(module, {qualname})
             fn = _unwrap(ns.get(qualname))
         if fn is None:
-            raise KernelGateError(f"kernel {qualname} not defined in {module} of the tree", key=qualname,
-                                  hint="the tree differs from the one the record was made from")
+            raise KernelGateError(
+                f"kernel {qualname} not defined in {module} of the tree",
+                key=qualname,
+                hint="the tree differs from the one the record was made from",
+            )
         self.resolve_kernel_globals(module, fn)
         return fn
 
@@ -195,13 +212,17 @@ def load_records(path: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise KernelGateError(f"cannot read kernel records: {exc}", file=str(path),
-                              hint="re-create the file with device/collect.py and scripts in kernels/") from exc
+        raise KernelGateError(
+            f"cannot read kernel records: {exc}",
+            file=str(path),
+            hint="re-create the file with device/collect.py and scripts in kernels/",
+        ) from exc
     return data["kernels"]
 
 
-def run_gate(records: list[dict[str, Any]], tree: Path,
-             targets: tuple[tuple[int, int], ...] = AMPERE_TARGETS) -> list[GateResult]:
+def run_gate(
+    records: list[dict[str, Any]], tree: Path, targets: tuple[tuple[int, int], ...] = AMPERE_TARGETS
+) -> list[GateResult]:
     """Compile every record for every target from the vLLM source tree `tree` (the folder holding `vllm/`)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import compile as triton_compile

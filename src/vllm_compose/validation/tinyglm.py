@@ -162,7 +162,10 @@ def tensor_layout(spec: TinyGlmSpec) -> dict[str, tuple[tuple[int, ...], str]]:
         out[f"{prefix}.input_layernorm.weight"] = ((h,), "BF16")
         out[f"{a}.q_a_proj.weight"] = ((spec.q_lora_rank, h), "BF16")
         out[f"{a}.q_a_layernorm.weight"] = ((spec.q_lora_rank,), "BF16")
-        out[f"{a}.q_b_proj.weight"] = ((heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim), spec.q_lora_rank), "BF16")
+        out[f"{a}.q_b_proj.weight"] = (
+            (heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim), spec.q_lora_rank),
+            "BF16",
+        )
         out[f"{a}.kv_a_proj_with_mqa.weight"] = ((spec.kv_lora_rank + spec.qk_rope_head_dim, h), "BF16")
         out[f"{a}.kv_a_layernorm.weight"] = ((spec.kv_lora_rank,), "BF16")
         out[f"{a}.kv_b_proj.weight"] = ((heads * (spec.qk_nope_head_dim + spec.v_head_dim), spec.kv_lora_rank), "BF16")
@@ -375,6 +378,4 @@ def prompts(spec: TinyGlmSpec, count: int = 4, lengths: tuple[int, ...] = (17, 6
     import numpy as np
 
     rng = np.random.Generator(np.random.PCG64([spec.seed, 0x70726F6D]))
-    return [
-        [int(t) for t in rng.integers(3, spec.vocab_size, size=lengths[i % len(lengths)])] for i in range(count)
-    ]
+    return [[int(t) for t in rng.integers(3, spec.vocab_size, size=lengths[i % len(lengths)])] for i in range(count)]
