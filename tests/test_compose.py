@@ -428,9 +428,23 @@ def test_pr_pinned_by_commits_is_merged_three_way(series_dir, upstream, tmp_path
     final = git(upstream, "show", "compose-101-v1.1.0:pkg/mod.py")
     assert final.startswith('"""The toy module."""') and 'suffix=""' in final and "text += suffix" in final
     # v1.2.0 changed the line right below the PR's changed `def` line: git's merge calls that a conflict
-    assert compose(series_dir, upstream, "v1.2.0", json_out=out) == 1
+    wt = tmp_path / "wt"
+    assert compose(series_dir, upstream, "v1.2.0", "--worktree", str(wt), json_out=out) == 1
     assert "3-way merge conflicts in pkg/mod.py" in json.loads(out.read_text())["entries"][0]["reason"]
-    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+    marked = (wt / "pkg" / "mod.py").read_text()
+    assert "<<<<<<<" in marked and ">>>>>>>" in marked
+    # resolve: both sides' changes, then --continue records the fix and composes
+    start, end = marked.index("<<<<<<<"), marked.index("\n", marked.index(">>>>>>>")) + 1
+    merged_head = 'def greet(name, *, loud=False, suffix=""):\n    text = "hello, " + name  # comma\n'
+    (wt / "pkg" / "mod.py").write_text(marked[:start] + merged_head + marked[end:])
+    rc = main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline", "-q",
+               "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert rc == 0, report["message"]
+    assert [e["id"] for e in report["entries"]][:2] == ["pr101", "fix-pr101-v1.2.0"]
+    assert {h["resolved_by"] for h in report["entries"][0]["hunks"]} == {"fix-pr101-v1.2.0"}
+    final = git(upstream, "show", "compose-101-v1.2.0:pkg/mod.py")
+    assert '"hello, " + name  # comma' in final and 'suffix=""' in final and "text += suffix" in final
 
 
 def test_series_diff_matches_entries_by_identity(series_dir, upstream, tmp_path, capsys):

@@ -47,7 +47,7 @@ from .patchfile import (
     split_lines,
     unified_diff,
 )
-from .placement import FilePlacement, Placement, Verdict, place_file, place_hunk
+from .placement import FilePlacement, Verdict, place_file, place_hunk
 from .progress import ProgressCallback
 from .series import Entry, Series, load_series
 from .sources import Cache, ensure_release, fetch_entry_patch, resolve_entry_commits
@@ -186,10 +186,11 @@ class _Step:
     changes: dict[str, bytes | None]
     modes: dict[str, int]
     outcome: EntryOutcome
-    #: hunks that conflicted and no later entry carries
-    open_conflicts: list[tuple[FilePatch, Placement]]
-    #: per file: the text with placed hunks applied, for the conflict worktree
-    file_placements: list[tuple[FilePatch, FilePlacement | None, str | None]]
+    #: (path, hunk index, evidence) of the hunks that conflicted and no later entry carries
+    open_conflicts: list[tuple[str, int, str]]
+    #: per file, what a person resolving the conflict starts from: what could be applied, and diff3 markers where
+    #: it could not (filled only when the entry stopped on a conflict)
+    worktree_files: dict[str, bytes] = field(default_factory=dict)
 
 
 class Composer:
@@ -330,13 +331,13 @@ class Composer:
         """Place every hunk of `entry` on `head`'s tree and classify the entry."""
         span = resolve_entry_commits(entry, repo) if entry.kind == "upstream-pr" else None
         if span is not None:
-            return self._merge_entry(repo, head, entry, patch, span)
+            return self._merge_entry(repo, head, entry, patch, span, carried)
         tree = GitTree(repo, head.tree)
         outcome = EntryOutcome(entry.id, entry.title, "applied", method="placement")
         changes: dict[str, bytes | None] = {}
         modes: dict[str, int] = {}
-        open_conflicts: list[tuple[FilePatch, Placement]] = []
-        file_placements = []
+        open_conflicts: list[tuple[str, int, str]] = []
+        file_placements: list[tuple[FilePatch, FilePlacement, str | None]] = []
         for fp in patch.files:
             source_path = fp.old_path or fp.new_path
             current = changes[source_path] if source_path in changes else tree.read(source_path)
@@ -356,7 +357,7 @@ class Composer:
                     fp.path, h.index, str(pl.verdict), pl.landing_line, scope, pl.evidence, resolved_by=carrier[h.index]
                 )
                 if pl.verdict is Verdict.CONFLICT and not ho.resolved_by:
-                    open_conflicts.append((fp, pl))
+                    open_conflicts.append((fp.path, h.index, pl.evidence))
                 outcome.hunks.append(ho)
             if not own.hunks and not (fp.is_new or fp.is_delete or fp.is_rename):
                 continue
@@ -404,14 +405,17 @@ class Composer:
         elif open_conflicts:
             outcome.status = "conflict"
             outcome.reason = f"{len(open_conflicts)} hunk(s) cannot be placed: " + "; ".join(
-                f"{fp.path} hunk {pl.hunk.index}: {pl.evidence.splitlines()[0] if pl.evidence else 'conflict'}"
-                for fp, pl in open_conflicts[:5]
+                f"{path} hunk {n}: {evidence.splitlines()[0] if evidence else 'conflict'}"
+                for path, n, evidence in open_conflicts[:5]
             )
         else:
             carried_n = sum(1 for h in outcome.hunks if h.resolved_by)
             if carried_n:
                 outcome.reason = f"{carried_n} hunk(s) carried by later skew fixes (see resolved_by)"
-        return _Step(entry, patch, changes, modes, outcome, open_conflicts, file_placements)
+        step = _Step(entry, patch, changes, modes, outcome, open_conflicts)
+        if outcome.status == "conflict":
+            step.worktree_files = _placed_with_markers(file_placements)
+        return step
 
     def _shipped_upstream(self, entry: Entry) -> bool:
         """Whether the series declares that this release already ships the entry's PR."""
@@ -426,33 +430,56 @@ class Composer:
         entry: Entry,
         patch: Patch,
         span: tuple[pygit2.Oid, pygit2.Oid],
+        carried: dict[tuple[str, str, int], str],
     ) -> _Step:
-        """A real 3-way merge: the PR's base tree, ours = the compose so far, theirs = the PR head."""
+        """A real 3-way merge: the PR's base tree, ours = the compose so far, theirs = the PR head.
+
+        A file some of whose hunks a later fix carries keeps our version here (the fix brings the whole file's
+        change in its own form); git's merge decides the rest, file by file. Verdicts are per file: every hunk of a
+        file gets the file's outcome.
+        """
         base_id, pr_head = span
         outcome = EntryOutcome(entry.id, entry.title, "applied", method="3-way merge")
         index = repo.merge_trees(repo[base_id].peel(pygit2.Tree), head.tree, repo[pr_head].peel(pygit2.Tree))
-        conflicts = list(index.conflicts or [])
-        paths = {fp.path for fp in patch.files}
-        changes: dict[str, bytes | None] = {}
-        if conflicts:
-            outcome.status = "conflict"
-            names = sorted({(c[1] or c[2] or c[0]).path for c in conflicts})
-            outcome.reason = "3-way merge conflicts in " + ", ".join(names)
-            for name in names:
-                outcome.hunks.append(HunkOutcome(name, 1, "conflict", evidence="3-way merge conflict"))
-            return _Step(entry, patch, {}, {}, outcome, [(None, None)], [])  # type: ignore[list-item]
-        merged = repo[index.write_tree(repo)]
+        conflicted = {}
+        for ancestor, ours, theirs in index.conflicts or []:
+            conflicted[(ours or theirs or ancestor).path] = (ancestor, ours, theirs)
         before = GitTree(repo, head.tree)
-        after = GitTree(repo, merged)
-        for path in sorted(paths):
-            old, new = before.read(path), after.read(path)
-            if old != new:
+        changes: dict[str, bytes | None] = {}
+        open_conflicts: list[tuple[str, int, str]] = []
+        worktree_files: dict[str, bytes] = {}
+        for fp in patch.files:
+            path = fp.path
+            carrier = next(
+                (carried[(entry.id, path, h.index)] for h in fp.hunks if (entry.id, path, h.index) in carried), None
+            )
+            old = before.read(path)
+            if carrier:
+                verdict, new = ("conflict" if path in conflicted else "merged"), old
+            elif path in conflicted:
+                verdict = "conflict"
+                result = repo.merge_file_from_index(*conflicted[path])
+                new = encode_text(result.contents)
+                open_conflicts += [(path, h.index, "3-way merge conflict") for h in fp.hunks]
+            else:
+                entry_in_index = index[path] if path in index else None
+                new = repo[entry_in_index.id].data if entry_in_index is not None else None
+                verdict = "merged" if new != old else "already-applied"
+            if not carrier and path not in conflicted and new != old:
                 changes[path] = new
-            outcome.hunks.append(HunkOutcome(path, 1, "merged" if old != new else "already-applied"))
-        if not changes:
+            if new is not None:
+                worktree_files[path] = new
+            evidence = "3-way merge conflict" if verdict == "conflict" else f"3-way merge: {verdict}"
+            for h in fp.hunks:
+                outcome.hunks.append(HunkOutcome(path, h.index, verdict, evidence=evidence, resolved_by=carrier))
+        if open_conflicts:
+            outcome.status = "conflict"
+            outcome.reason = "3-way merge conflicts in " + ", ".join(sorted({p for p, _, _ in open_conflicts}))
+            return _Step(entry, patch, changes, {}, outcome, open_conflicts, worktree_files)
+        if not changes and not any(h.resolved_by for h in outcome.hunks):
             outcome.status = "dropped-upstream"
             outcome.reason = "the 3-way merge changes nothing: the PR's changes are already in the release"
-        return _Step(entry, patch, changes, {}, outcome, [], [])
+        return _Step(entry, patch, changes, {}, outcome, [])
 
     def _commit_entry(
         self, repo: pygit2.Repository, parent: pygit2.Commit, step: _Step, when: int, tag: str
@@ -550,7 +577,7 @@ class Composer:
             return result
         worktree = self.options.worktree or self.repo_dir.parent / f"vllm-compose-conflict-{tag}"
         written = {}
-        if step.outcome.status == "conflict" and step.file_placements:
+        if step.outcome.status == "conflict" and step.worktree_files:
             written = _write_conflict_worktree(worktree, step)
             result.worktree = str(worktree)
         gitstore.update_ref_atomically(
@@ -568,7 +595,7 @@ class Composer:
             "head": str(head.id),
             "worktree": str(worktree) if written else None,
             "written": written,
-            "conflicts": [{"file": fp.path, "hunk": pl.hunk.index} for fp, pl in step.open_conflicts if fp is not None],
+            "conflicts": [{"file": path, "hunk": n} for path, n, _ in step.open_conflicts],
         }
         gitstore.write_state_ref(repo, STATE_REF, state)
         result.message = f"stopped at entry {step.entry.id!r}: {step.outcome.reason}" + (
@@ -735,31 +762,33 @@ def _commit_message(entry: Entry, outcome: EntryOutcome, patch: Patch, tag: str)
     return "\n".join(lines) + "\n"
 
 
-def _write_conflict_worktree(worktree: Path, step: _Step) -> dict[str, str]:
-    """Write each file of the stopped entry: placed hunks applied, conflicting ones as diff3 markers."""
+def _placed_with_markers(file_placements: list[tuple[FilePatch, FilePlacement, str | None]]) -> dict[str, bytes]:
+    """Each file of a stopped entry as a person resolving it starts from: placed hunks applied, conflicting ones as
+    diff3 markers at their best candidate site."""
     from .apply import _with_markers
 
+    files: dict[str, bytes] = {}
+    for fp, fpl, text in file_placements:
+        if fpl.conflicts:
+            files[fp.path] = encode_text("\n".join(_with_markers((text or "").split("\n"), fpl.placements)))
+        elif fpl.new_text is not None:
+            files[fp.path] = encode_text(fpl.new_text)
+    return files
+
+
+def _write_conflict_worktree(worktree: Path, step: _Step) -> dict[str, str]:
+    """Write the stopped entry's files into `worktree`; returns path -> sha256 of what was written."""
     written: dict[str, str] = {}
     worktree.mkdir(parents=True, exist_ok=True)
-    for fp, fpl, text in step.file_placements:
-        if fpl is None:
-            continue
-        base_lines = (text or "").split("\n")
-        if fpl.conflicts:
-            lines = _with_markers(base_lines, fpl.placements)
-            data = encode_text("\n".join(lines))
-        elif fpl.new_text is not None:
-            data = encode_text(fpl.new_text)
-        else:
-            continue
-        dest = worktree / fp.path
+    for path, data in sorted(step.worktree_files.items()):
+        dest = worktree / path
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(data)
-        written[fp.path] = _sha(data)
+        written[path] = _sha(data)
     (worktree / "CONFLICT.txt").write_text(
         f"vllm-compose stopped at entry {step.entry.id!r}.\n{step.outcome.reason}\n\n"
         "Edit the files below this folder until no conflict markers remain, then run the compose again with "
-        "--continue: the difference between what the engine placed and your files becomes a new local skew-fix "
+        "--continue: the difference between what could be applied and your files becomes a new local skew-fix "
         "patch in the series. --abort drops the run (files you edited here are kept).\n"
     )
     return written
