@@ -437,8 +437,20 @@ def test_pr_pinned_by_commits_is_merged_three_way(series_dir, upstream, tmp_path
     start, end = marked.index("<<<<<<<"), marked.index("\n", marked.index(">>>>>>>")) + 1
     merged_head = 'def greet(name, *, loud=False, suffix=""):\n    text = "hello, " + name  # comma\n'
     (wt / "pkg" / "mod.py").write_text(marked[:start] + merged_head + marked[end:])
-    rc = main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline", "-q",
-               "--json", str(out)])
+    rc = main(
+        [
+            "rebase",
+            "--continue",
+            "--series",
+            str(series_dir),
+            "--repo",
+            str(upstream),
+            "--offline",
+            "-q",
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert rc == 0, report["message"]
     assert [e["id"] for e in report["entries"]][:2] == ["pr101", "fix-pr101-v1.2.0"]
