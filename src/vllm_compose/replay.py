@@ -35,10 +35,9 @@ import pygit2
 from packaging.version import Version
 
 from . import gitstore
-from .errors import ComposeError, ConflictError, ExitCode, RefusedError, RepositoryError
+from .errors import ComposeError, ConflictError, ExitCode, RepositoryError
 from .patchfile import (
     FilePatch,
-    Hunk,
     Patch,
     decode_text,
     encode_text,
@@ -279,7 +278,7 @@ class Composer:
             return result
 
         self._publish(repo, result.branch, head)
-        gitstore.delete_ref(repo, WIP_REF) if gitstore.ref_target(repo, WIP_REF) else None
+        gitstore.delete_ref(repo, WIP_REF)  # a no-op when no earlier run stopped
         result.message = f"composed {sum(e.status == 'applied' for e in result.entries)} entries onto {tag}"
         return result
 
@@ -885,6 +884,4 @@ __all__ = [
     "abort",
     "compose",
     "resume",
-    "RefusedError",
-    "Hunk",
 ]

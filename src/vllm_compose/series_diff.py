@@ -135,8 +135,7 @@ def render_series_diff(d: SeriesDiff, show_interdiff: bool = True) -> str:
     width = max([len(e.id) for e in d.entries] + [5])
     out = [f"series diff {d.old} -> {d.new}", ""]
     for e in d.entries:
-        short = lambda c: c[:10] if c else "-"  # noqa: E731 - tiny local formatter
-        out.append(f"  {e.id.ljust(width)}  {e.status:<9}  {short(e.old_commit)} -> {short(e.new_commit)}")
+        out.append(f"  {e.id.ljust(width)}  {e.status:<9}  {_short(e.old_commit)} -> {_short(e.new_commit)}")
     counts = {s: sum(e.status == s for e in d.entries) for s in ("unchanged", "changed", "added", "dropped")}
     out += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
     if show_interdiff:
@@ -144,3 +143,7 @@ def render_series_diff(d: SeriesDiff, show_interdiff: bool = True) -> str:
             if e.status == "changed":
                 out += ["", f"--- interdiff of {e.id} ---", e.interdiff]
     return "\n".join(out) + "\n"
+
+
+def _short(commit: str | None) -> str:
+    return commit[:10] if commit else "-"
