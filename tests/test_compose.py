@@ -479,3 +479,11 @@ def test_series_diff_matches_entries_by_identity(series_dir, upstream, tmp_path,
     back = diff("v1.3.0", "v1.0.0")
     assert back["pr101"]["status"] == "added"
     assert "dropped" in capsys.readouterr().out
+
+
+def test_no_checks_is_recorded_in_the_report(series_dir, upstream, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert compose(series_dir, upstream, "v1.0.0", "--no-checks", json_out=out) == 0
+    checks = json.loads(out.read_text())["final_checks"]["checks"]
+    assert checks == [{"name": "checks", "status": "skipped", "reason": "--no-checks given", "findings": []}]
+    assert "skipped (--no-checks given)" in capsys.readouterr().out
