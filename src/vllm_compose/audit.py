@@ -26,7 +26,7 @@ from __future__ import annotations
 import difflib
 import enum
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
@@ -376,26 +376,7 @@ def _find_added(
 ) -> list[tuple[int, int]]:
     """New-side positions where `added` shows up as lines new in `al.new` (significant ones must all be new), as
     (position of the text, position after sliding it down like the alignment does)."""
-    hi = len(al.new) if hi is None else hi
-    sig = [t for t, line in enumerate(added) if _is_significant(line)]
-    probe = min(sig, key=lambda t: len(al.new_positions(added[t]))) if sig else 0
-    out = []
-    for p in al.new_positions(added[probe]):
-        j = p - probe
-        if j < lo or j + len(added) > hi or not _run_matches(al.new, j, added):
-            continue
-        if any(x in claimed for x in range(j, j + len(added))):
-            continue
-        # the text may sit higher than the alignment's run of new lines it is equivalent to (a slider): judge the
-        # lines where the alignment puts that run; the flags follow the slid run, whose t-th line is a rotation
-        c = _slide_down(al.new, j, len(added))
-        new_flags = [al.origin[c + (t - (c - j)) % len(added)] is None for t in range(len(added))]
-        if sig and not _mostly(new_flags[t] for t in sig):
-            continue
-        if not any(new_flags):
-            continue
-        out.append((j, c))
-    return out
+    return _find_run(al.new, al.new_positions, added, claimed, lo, hi, lambda k: al.origin[k] is None)
 
 
 def _find_removed(
@@ -403,23 +384,40 @@ def _find_removed(
 ) -> list[tuple[int, int]]:
     """Old-side positions where `removed` shows up as old lines gone from `al.new`, as (position of the text,
     position after sliding it down like the alignment does)."""
-    hi = len(al.old) if hi is None else hi
-    sig = [t for t, line in enumerate(removed) if _is_significant(line)]
-    probe = min(sig, key=lambda t: len(al.old_positions(removed[t]))) if sig else 0
+    return _find_run(al.old, al.old_positions, removed, claimed, lo, hi, lambda k: not al.kept[k])
+
+
+def _find_run(
+    seq: Sequence[str],
+    positions: Callable[[str], list[int]],
+    run: list[str],
+    claimed: set[int],
+    lo: int,
+    hi: int | None,
+    changed: Callable[[int], bool],
+) -> list[tuple[int, int]]:
+    """Where `run` occurs in `seq` (unclaimed, within [lo, hi)) as lines the alignment calls changed (`changed(k)`
+    for the k-th line of `seq`): most significant lines and at least one line must be changed.
+
+    The text may sit higher than the alignment's run of changed lines it is equivalent to (a slider): the lines are
+    judged where the alignment puts that run; the flags follow the slid run, whose t-th line is a rotation."""
+    hi = len(seq) if hi is None else hi
+    sig = [t for t, line in enumerate(run) if _is_significant(line)]
+    probe = min(sig, key=lambda t: len(positions(run[t]))) if sig else 0
     out = []
-    for p in al.old_positions(removed[probe]):
-        i = p - probe
-        if i < lo or i + len(removed) > hi or not _run_matches(al.old, i, removed):
+    for p in positions(run[probe]):
+        j = p - probe
+        if j < lo or j + len(run) > hi or not _run_matches(seq, j, run):
             continue
-        if any(x in claimed for x in range(i, i + len(removed))):
+        if any(x in claimed for x in range(j, j + len(run))):
             continue
-        c = _slide_down(al.old, i, len(removed))
-        gone = [not al.kept[c + (t - (c - i)) % len(removed)] for t in range(len(removed))]
-        if sig and not _mostly(gone[t] for t in sig):
+        c = _slide_down(seq, j, len(run))
+        flags = [changed(c + (t - (c - j)) % len(run)) for t in range(len(run))]
+        if sig and not _mostly(flags[t] for t in sig):
             continue
-        if not any(gone):
+        if not any(flags):
             continue
-        out.append((i, c))
+        out.append((j, c))
     return out
 
 
