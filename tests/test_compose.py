@@ -186,6 +186,14 @@ def compose(series_dir, repo, tag, *extra, json_out=None):
     return main(argv + list(extra))
 
 
+def resume(series_dir, repo, json_out=None):
+    """`rebase --continue` through the CLI, as a user runs it after resolving a conflict."""
+    argv = ["rebase", "--continue", "--series", str(series_dir), "--repo", str(repo), "--offline", "-q"]
+    if json_out:
+        argv += ["--json", str(json_out)]
+    return main(argv)
+
+
 def branch_log(repo: Path, branch: str) -> list[str]:
     tag = branch.rsplit("-", 1)[-1]
     return git(repo, "log", "--format=%s", f"{tag}..{branch}").splitlines()[::-1]
@@ -277,7 +285,7 @@ def test_conflict_resolve_continue_records_a_fix(series_dir, upstream, tmp_path)
     # a second compose refuses while the conflict waits
     assert compose(series_dir, upstream, "v2.0.0") == 3
     # --continue with markers still there is refused and keeps the state
-    assert main(["rebase", "--continue", "--series", str(series_dir), "--repo", str(upstream), "--offline", "-q"]) == 1
+    assert resume(series_dir, upstream) == 1
     # resolve by hand
     start = conflicted.index("<<<<<<<")
     end = conflicted.index("\n", conflicted.index(">>>>>>>")) + 1
@@ -296,22 +304,8 @@ def test_conflict_resolve_continue_records_a_fix(series_dir, upstream, tmp_path)
         )
         + conflicted[end:]
     )
-    # drop the now-duplicated tail of the old body that followed the markers, if the marker block did not hold it
     (wt / "pkg/mod.py").write_text(resolved)
-    rc = main(
-        [
-            "rebase",
-            "--continue",
-            "--series",
-            str(series_dir),
-            "--repo",
-            str(upstream),
-            "--offline",
-            "-q",
-            "--json",
-            str(out),
-        ]
-    )
+    rc = resume(series_dir, upstream, json_out=out)
     report = json.loads(out.read_text())
     assert rc == 0, report
     ids = [e["id"] for e in report["entries"]]
@@ -437,20 +431,7 @@ def test_pr_pinned_by_commits_is_merged_three_way(series_dir, upstream, tmp_path
     start, end = marked.index("<<<<<<<"), marked.index("\n", marked.index(">>>>>>>")) + 1
     merged_head = 'def greet(name, *, loud=False, suffix=""):\n    text = "hello, " + name  # comma\n'
     (wt / "pkg" / "mod.py").write_text(marked[:start] + merged_head + marked[end:])
-    rc = main(
-        [
-            "rebase",
-            "--continue",
-            "--series",
-            str(series_dir),
-            "--repo",
-            str(upstream),
-            "--offline",
-            "-q",
-            "--json",
-            str(out),
-        ]
-    )
+    rc = resume(series_dir, upstream, json_out=out)
     report = json.loads(out.read_text())
     assert rc == 0, report["message"]
     assert [e["id"] for e in report["entries"]][:2] == ["pr101", "fix-pr101-v1.2.0"]
