@@ -15,26 +15,18 @@ from vllm_compose.artifacts import wheel as wheel_mod
 from vllm_compose.cli import main
 
 
+def compose_toy(series: Path, repo: Path, tmp_path: Path, *extra: str) -> int:
+    """`vllm-compose rebase` of the toy series onto the toy release, offline from the test's sources folder."""
+    argv = ["rebase", "--onto", toy.TAG, "--series", str(series), "--repo", str(repo)]
+    return main([*argv, "--sources", str(tmp_path / "sources"), "--offline", "-q", *extra])
+
+
 @pytest.fixture
 def composed(tmp_path) -> dict[str, Path]:
     """A toy release repo with its compose branch written by `vllm-compose rebase`, and a stock wheel."""
     series = toy.write_series(tmp_path / "series", tmp_path / "sources")
     repo = toy.make_release_repo(tmp_path / "vllm")
-    rc = main(
-        [
-            "rebase",
-            "--onto",
-            toy.TAG,
-            "--series",
-            str(series),
-            "--repo",
-            str(repo),
-            "--sources",
-            str(tmp_path / "sources"),
-            "--offline",
-            "-q",
-        ]
-    )
+    rc = compose_toy(series, repo, tmp_path)
     assert rc == 0
     stock = make_stock_wheel(tmp_path / "stock")
     return {"series": series, "repo": repo, "stock": stock, "out": tmp_path / "dist"}
@@ -117,25 +109,7 @@ def test_wheel_refuses_failing_checks(tmp_path, capsys) -> None:
     # the compose accepted the failure (recorded in its report); the wheel must still refuse the tree
     series = toy.write_series(tmp_path / "series", tmp_path / "sources", fix_body=toy.BAD_FIX_BODY)
     repo = toy.make_release_repo(tmp_path / "vllm")
-    assert (
-        main(
-            [
-                "rebase",
-                "--onto",
-                toy.TAG,
-                "--series",
-                str(series),
-                "--repo",
-                str(repo),
-                "--sources",
-                str(tmp_path / "sources"),
-                "--offline",
-                "-q",
-                "--accept-check-failures",
-            ]
-        )
-        == 0
-    )
+    assert compose_toy(series, repo, tmp_path, "--accept-check-failures") == 0
     out = tmp_path / "dist"
     rc = main(
         [
