@@ -13,6 +13,12 @@ import pytest
 import toy_vllm as toy
 
 
+def run_compose_release(series: Path, repo: Path, out: Path, tmp_path: Path, *extra: str) -> int:
+    """`ci/compose_release.py` on the toy release, offline from the test's sources folder."""
+    argv = [toy.TAG, "--series", str(series), "--repo", str(repo), "--out", str(out)]
+    return compose_release.main([*argv, "--sources", str(tmp_path / "sources"), "--offline", *extra])
+
+
 def _tool(name: str) -> str | None:
     """A console tool on PATH, or installed next to this interpreter (a venv run without activating it)."""
     sibling = Path(sys.executable).parent / name
@@ -92,22 +98,7 @@ def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch)
     summary = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     out = tmp_path / "out"
-    rc = compose_release.main(
-        [
-            toy.TAG,
-            "--series",
-            str(series),
-            "--repo",
-            str(repo),
-            "--out",
-            str(out),
-            "--sources",
-            str(tmp_path / "sources"),
-            "--offline",
-            "--stock-wheel",
-            str(make_stock_wheel(tmp_path / "stock")),
-        ]
-    )
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", str(make_stock_wheel(tmp_path / "stock")))
     assert rc == 0
     assert json.loads((out / "report-v0.26.0.json").read_text())["status"] == "composed"
     assert "| pr101 | applied |" in summary.read_text()
@@ -127,20 +118,7 @@ def test_compose_release_conflict_writes_issue_body(tmp_path) -> None:
     toy.git(repo, "commit", "-qam", "drift")
     toy.git(repo, "tag", "-f", toy.TAG)
     out = tmp_path / "out"
-    rc = compose_release.main(
-        [
-            toy.TAG,
-            "--series",
-            str(series),
-            "--repo",
-            str(repo),
-            "--out",
-            str(out),
-            "--sources",
-            str(tmp_path / "sources"),
-            "--offline",
-        ]
-    )
+    rc = run_compose_release(series, repo, out, tmp_path)
     assert rc == 1
     body = (out / "issue-v0.26.0.md").read_text()
     assert "conflict" in body and "`pr101`: `vllm/runner.py` hunk 1" in body
