@@ -116,6 +116,23 @@ def _split(path: str) -> list[str]:
     return parts
 
 
+def _nest(flat: Mapping[str, object]) -> dict:
+    """`{"a/b/c": v}` -> `{"a": {"b": {"c": v}}}`; a path that is both a file and a folder is a `RepositoryError`."""
+    root: dict = {}
+    for path, value in flat.items():
+        parts = _split(path)
+        node = root
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RepositoryError(f"{path!r} lies under {part!r}, which is a file", file=path)
+            node = child
+        if isinstance(node.get(parts[-1]), dict):
+            raise RepositoryError(f"{path!r} is both a file and a folder", file=path)
+        node[parts[-1]] = value
+    return root
+
+
 def tree_with_changes(
     repo: pygit2.Repository,
     base_tree: pygit2.Tree | pygit2.Oid | str | None,
@@ -131,18 +148,7 @@ def tree_with_changes(
     """
     if base_tree is not None and not isinstance(base_tree, pygit2.Tree):
         base_tree = repo[_oid(base_tree)].peel(pygit2.Tree)
-    nested: dict = {}
-    for path, data in changes.items():
-        parts = _split(path)
-        node = nested
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise RepositoryError(f"{path!r} needs {part!r} to be a folder, but it is changed as a file", file=path)
-            node = child
-        if isinstance(node.get(parts[-1]), dict):
-            raise RepositoryError(f"{path!r} is changed both as a file and as a folder", file=path)
-        node[parts[-1]] = (data, (modes or {}).get(path), path)
+    nested = _nest({path: (data, (modes or {}).get(path), path) for path, data in changes.items()})
     oid = _apply_nested(repo, base_tree, nested, "")
     if oid is None:
         oid = repo.TreeBuilder().write()
@@ -195,18 +201,7 @@ def tree_from_entries(repo: pygit2.Repository, entries: Mapping[str, tuple[pygit
 
     Raises `RepositoryError` when a path is both a file and a folder.
     """
-    root: dict = {}
-    for path, value in entries.items():
-        parts = _split(path)
-        node = root
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise RepositoryError(f"{path!r} lies under {part!r}, which is a file", file=path)
-            node = child
-        if isinstance(node.get(parts[-1]), dict):
-            raise RepositoryError(f"{path!r} is both a file and a folder", file=path)
-        node[parts[-1]] = value
+    root = _nest(entries)
 
     def write(node: dict) -> pygit2.Oid:
         builder = repo.TreeBuilder()
