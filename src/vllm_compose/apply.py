@@ -20,6 +20,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from .errors import ComposeError, ExitCode
 from .patchfile import FilePatch, Hunk, Patch, decode_text, encode_text, join_lines, split_lines
 from .placement import Placement, Verdict, place_file
+from .report import hunk_json
 
 #: conflict marker labels (diff3 style, as `git merge-file --diff3` writes them)
 MARKER_OURS = "<<<<<<< target"
@@ -43,15 +44,7 @@ class AppliedHunk:
     reason: str
 
     def to_json(self) -> dict:
-        return {
-            "patch": self.patch,
-            "file": self.file,
-            "hunk": self.hunk,
-            "verdict": self.verdict.value,
-            "landed_at": self.landed_at,
-            "expected_at": self.expected_at,
-            "reason": self.reason,
-        }
+        return hunk_json(self)
 
 
 @dataclass

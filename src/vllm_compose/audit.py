@@ -32,6 +32,7 @@ from pathlib import PurePath
 
 from .patchfile import FilePatch, Hunk, Patch, decode_text, split_lines
 from .placement import Placement, Verdict, place_file, place_hunk
+from .report import hunk_json
 from .scope import Scope, scope_at
 from .trees import FileTree
 
@@ -91,15 +92,7 @@ class AuditHunk:
         return self.verdict in BAD_VERDICTS
 
     def to_json(self) -> dict:
-        return {
-            "patch": self.patch,
-            "file": self.file,
-            "hunk": self.hunk,
-            "verdict": self.verdict.value,
-            "landed_at": self.landed_at,
-            "expected_at": self.expected_at,
-            "reason": self.reason,
-        }
+        return hunk_json(self)
 
 
 @dataclass
