@@ -10,39 +10,56 @@ import json
 import sys
 from pathlib import Path
 
-BASELINES = {"composed": "composed_pp1", "fixed": "fixed_pp1"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from vllm_compose.validation.expected import first_difference, judge  # noqa: E402
+from vllm_compose.validation.tinyglm import TinyGlmSpec, TokenCycle, prompts  # noqa: E402
+
+#: label prefix -> (baseline run, model folder under the stage)
+MODELS = {
+    "composed": ("composed_pp1", "tiny"),
+    "fixed": ("fixed_pp1", "tiny_fixed"),
+    "cycle": ("cycle_pp1", "tiny_cycle"),
+}
 
 
-def compare(base, other):
-    """First differing (prompt, position) between two runs' token ids, or None when identical."""
-    for p, (a, b) in enumerate(zip(base, other, strict=False)):
-        for i, (x, y) in enumerate(zip(a, b, strict=False)):
-            if x != y:
-                return {"prompt": p, "position": i, "baseline": x, "other": y}
-        if len(a) != len(b):
-            return {"prompt": p, "position": min(len(a), len(b)), "baseline_len": len(a), "other_len": len(b)}
-    if len(base) != len(other):
-        return {"prompts": [len(base), len(other)]}
-    return None
+def margin_at(run, prompt, position):
+    """Top-1 minus top-2 log-prob of `run` at one position (None without log-probs)."""
+    try:
+        lps = sorted((lp for _t, lp in run["top_logprobs"][prompt][position]), reverse=True)
+    except (KeyError, IndexError, TypeError):
+        return None
+    return round(lps[0] - lps[1], 4) if len(lps) > 1 else None
+
+
+def verdicts_for(stage, runs):
+    """Cycle-model runs: `expected.judge` (prediction, baseline, spec counters, log-probs). Others: first token
+    difference from their model's PP1 baseline, with both runs' top-2 margins there."""
+    verdicts = {}
+    cycle_runs = {k: r for k, r in runs.items() if k.startswith("cycle")}
+    if cycle_runs:
+        spec_file = stage / MODELS["cycle"][1] / "tinyglm_spec.json"
+        spec = TinyGlmSpec(**json.loads(spec_file.read_text()))
+        n = max((len(r.get("token_ids") or []) for r in cycle_runs.values()), default=0)  # prompts per run
+        verdicts.update(judge(cycle_runs, TokenCycle.of(spec), prompts(spec, n), MODELS["cycle"][0]))
+    for label, r in runs.items():
+        base_label = MODELS.get(label.split("_")[0], MODELS["composed"])[0]
+        base = runs.get(base_label, {})
+        if label.startswith("cycle") or label == base_label or not r.get("ok") or not base.get("ok"):
+            continue
+        diff = first_difference(base["token_ids"], r["token_ids"])
+        v = {"baseline": base_label, "identical_to_baseline": diff is None, "first_difference_from_baseline": diff}
+        if diff and "position" in diff:
+            v["baseline_top2_margin_there"] = margin_at(base, diff["prompt"], diff["position"])
+            v["other_top2_margin_there"] = margin_at(r, diff["prompt"], diff["position"])
+        verdicts[label] = v
+    return verdicts
 
 
 def main():
     stage, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     runs = {p.stem: json.loads(p.read_text()) for p in sorted((stage / "res").glob("*.json"))}
-    verdicts = {}
-    for label, r in runs.items():
-        base_label = BASELINES.get(label.split("_")[0], BASELINES["composed"])
-        base = runs.get(base_label, {})
-        if label == base_label or not r.get("ok") or not base.get("ok") or "token_ids" not in r:
-            continue
-        diff = compare(base["token_ids"], r["token_ids"])
-        v = {"baseline": base_label, "identical": diff is None, "first_difference": diff}
-        if diff and "position" in diff and base.get("top2_margins"):
-            v["baseline_top2_margin_there"] = base["top2_margins"][diff["prompt"]][diff["position"]]
-        if diff and "position" in diff and r.get("top2_margins"):
-            v["other_top2_margin_there"] = r["top2_margins"][diff["prompt"]][diff["position"]]
-        verdicts[label] = v
+    verdicts = verdicts_for(stage, runs)
     (out / "results.json").write_text(json.dumps({"runs": runs, "verdicts": verdicts}, indent=1))
     records = {}
     for d in sorted((stage / "rec").glob("*")):
@@ -79,15 +96,37 @@ def main():
             f"===== {p.stem} ({len(lines)} lines)\n" + "\n".join(keep[-120:]) + "\n--- tail\n" + "\n".join(lines[-40:])
         )
     (out / "logs.txt").write_text("\n".join(logs))
+    # full logs of the runs that failed (the first lines of a device-side assert are the ones that name it)
+    for label, r in runs.items():
+        log = stage / "log" / f"{label}.log"
+        if not r.get("ok") and log.exists():
+            (out / "failed-logs").mkdir(exist_ok=True)
+            (out / "failed-logs" / log.name).write_bytes(log.read_bytes()[:2_000_000])
     print(f"{'run':28} {'ok':5} {'tok':>6} {'tok/s':>8} {'bench tok/s':>11} {'accept':>7}  verdict / error")
     for label, r in runs.items():
         b = r.get("bench") or {}
         v = verdicts.get(label)
-        note = (
-            ("identical" if v["identical"] else f"DIFFERS {v['first_difference']}")
-            if v
-            else (r.get("error") or "")[:150]
-        )
+        note = (r.get("error") or "")[:150]
+        if v:
+            parts = []
+            if "as_predicted" in v:
+                parts.append(
+                    "as predicted" if v["as_predicted"] else f"OFF PREDICTION {v['first_difference_from_prediction']}"
+                )
+            if "identical_to_baseline" in v:
+                parts.append(
+                    "= baseline" if v["identical_to_baseline"] else f"DIFFERS {v['first_difference_from_baseline']}"
+                )
+            if "spec_as_predicted" in v:
+                parts.append(
+                    "spec counters "
+                    + (
+                        "as predicted"
+                        if v["spec_as_predicted"]
+                        else f"OFF {v['spec_measured']} vs {v['spec_predicted']}"
+                    )
+                )
+            note = "; ".join(parts)
         tps = r.get("tok_per_s")
         print(
             f"{label:28} {str(r.get('ok')):5} {r.get('generated_tokens', 0):>6} {tps or 0:8.1f} "

@@ -20,7 +20,9 @@ from pathlib import Path
 from vllm_compose.validation.tinyglm import TinyGlmSpec, generate
 generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}), Path('$S/tiny'), max_model_len=1024)
 # fixed routing variant: see TinyGlmSpec.fixed_routing
-generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, fixed_routing=True), Path('$S/tiny_fixed'), max_model_len=1024)"
+generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, fixed_routing=True), Path('$S/tiny_fixed'), max_model_len=1024)
+# cycle model (TokenCycle): greedy tokens and MTP acceptance known in advance
+generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, weights='cycle', vocab_size=512), Path('$S/tiny_cycle'), max_model_len=1024)"
 else
   tar xf "$REPO/.devstage/p2/part2.tar" -C "$S/p"
   for t in stock composed; do

@@ -43,6 +43,17 @@ for phase in "$@"; do
     f2) VC_MODEL=tiny_fixed run fixed_pp2 composed 0,1 8.0 --pp 2 --logprobs 2 ;;
     f3) VC_MODEL=tiny_fixed run fixed_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 ;;
     f4) VC_MODEL=tiny_fixed CUDA_LAUNCH_BLOCKING=1 run fixed_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 ;;
+    # cycle model (TokenCycle): greedy tokens and spec-decode counters predicted in advance; PP1/PP2 with top-5
+    # log-probs; c2 also runs stock 0.26.0 on it (negative control)
+    c1) VC_MODEL=tiny_cycle run cycle_pp1 composed 0 8.0 --pp 1 --logprobs 5 --bench-tokens 256 &
+        VC_MODEL=tiny_cycle run cycle_pp1_mtp1 composed 1 8.0 --pp 1 --mtp 1 --bench-tokens 256; wait ;;
+    c2) VC_MODEL=tiny_cycle run cycle_pp1_mtp2 composed 0 8.0 --pp 1 --mtp 2 --bench-tokens 256 &
+        VC_MODEL=tiny_cycle run stock_cycle_pp1 stock 1 8.0 --pp 1 --backend auto; wait ;;
+    c3) VC_MODEL=tiny_cycle run cycle_pp2 composed 0,1 8.0 --pp 2 --logprobs 5 --bench-tokens 256 ;;
+    c4) VC_MODEL=tiny_cycle run cycle_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 --bench-tokens 256 ;;
+    c5) VC_MODEL=tiny_cycle run cycle_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 --bench-tokens 256 ;;
+    # the random-routing model at PP2 + MTP 2 again (a device-side assert once), launches synchronous, full log kept
+    r5) CUDA_LAUNCH_BLOCKING=1 run composed_pp2_mtp2_sync composed 0,1 8.0 --pp 2 --mtp 2 ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

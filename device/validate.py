@@ -83,6 +83,7 @@ def main() -> int:
         "max_tokens": args.max_tokens,
         "max_model_len": args.max_model_len,
         "index_topk": spec.index_topk,
+        "model_weights": spec.weights,
     }
     out = Path(args.out)
     try:
@@ -128,14 +129,11 @@ def main() -> int:
         result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
         result["token_ids"] = [list(o.outputs[0].token_ids) for o in outs]
         if args.logprobs:
-            margins = []
-            for o in outs:
-                row = []
-                for lp in o.outputs[0].logprobs or []:
-                    vals = sorted((x.logprob for x in lp.values()), reverse=True)
-                    row.append(round(vals[0] - vals[1], 4) if len(vals) > 1 else None)
-                margins.append(row)
-            result["top2_margins"] = margins
+            # per prompt, per position: [[token id, logprob], ...] of the top-n (vllm_compose.validation.expected)
+            result["top_logprobs"] = [
+                [[[int(t), round(float(x.logprob), 5)] for t, x in lp.items()] for lp in o.outputs[0].logprobs or []]
+                for o in outs
+            ]
         result["generated_tokens"] = sum(len(t) for t in result["token_ids"])
         result["tok_per_s"] = result["generated_tokens"] / result["generate_s"]
         result["spec_metrics"] = spec_metrics(llm)

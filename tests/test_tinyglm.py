@@ -13,8 +13,11 @@ import pytest
 np = pytest.importorskip("numpy", reason="the tiny checkpoint generator needs numpy (see .ci/run)")
 
 from vllm_compose.validation.tinyglm import (  # noqa: E402
+    DRAFT_PATHS,
+    SPECIAL_TOKENS,
     TinyGlmError,
     TinyGlmSpec,
+    TokenCycle,
     config_dict,
     from_bf16_bits,
     generate,
@@ -196,3 +199,110 @@ def test_prompts_are_fixed_token_ids_clear_of_special_tokens():
     assert a == b and len(a) == 4
     assert all(3 <= t < SMALL.vocab_size for p in a for t in p)
     assert [len(p) for p in a] == [17, 64, 150, 40]
+
+
+# --- the cycle model: greedy decoding and MTP drafts designed in advance -------------------------------------------
+
+CYCLE = TinyGlmSpec(**{**SMALL.__dict__, "weights": "cycle", "vocab_size": 64, "hidden_size": 64})
+
+
+def _bf16(x):
+    return from_bf16_bits(to_bf16_bits(x))
+
+
+def _rmsnorm(x):
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-5)
+
+
+def test_cycle_visits_every_ordinary_token_once_and_specials_lead_into_it():
+    cyc = TokenCycle.of(CYCLE)
+    t, seen = cyc.next[0], []
+    for _ in range(CYCLE.vocab_size - SPECIAL_TOKENS):
+        seen.append(t)
+        t = cyc.next[t]
+    assert sorted(seen) == list(range(SPECIAL_TOKENS, CYCLE.vocab_size))
+    assert t == seen[0]  # back where it started: one cycle, no shorter loop
+    assert {cyc.next[s] for s in range(SPECIAL_TOKENS)} == {seen[0]}
+    assert set(cyc.draft_path) <= set(DRAFT_PATHS) and len(set(cyc.draft_path[SPECIAL_TOKENS:])) == 3
+
+
+def test_cycle_head_scores_head_logit_for_the_next_token_and_zero_elsewhere():
+    t = make_tensors(CYCLE)
+    cyc = TokenCycle.of(CYCLE)
+    emb, head = _bf16(t["model.embed_tokens.weight"]), _bf16(t["lm_head.weight"])
+    logits = _rmsnorm(emb) @ head.T
+    assert list(logits.argmax(1)) == list(cyc.next)
+    top = np.sort(logits, axis=1)
+    assert np.allclose(top[:, -1], CYCLE.head_logit, atol=0.05)
+    assert np.abs(top[:, :-1]).max() < 0.05
+
+
+def test_cycle_margin_survives_layer_output_larger_than_the_embedding():
+    """The designed margin is what keeps greedy tokens equal across batch shapes: random residual contributions of
+    1.5x the embedding's RMS (the layers' output, context-dependent on the GPU) never change the top token."""
+    spec = TinyGlmSpec(**{**CYCLE.__dict__, "vocab_size": 256, "hidden_size": 256})
+    t = make_tensors(spec)
+    cyc = TokenCycle.of(spec)
+    emb, head = _bf16(t["model.embed_tokens.weight"]), _bf16(t["lm_head.weight"])
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        resid = emb + rng.standard_normal(emb.shape) * 1.5 * spec.embed_rms
+        logits = _rmsnorm(resid) @ head.T
+        assert list(logits.argmax(1)) == list(cyc.next)
+        top = np.sort(logits, axis=1)
+        assert (top[:, -1] - top[:, -2]).min() > 0.1 * spec.head_logit
+
+
+def _draft(t, spec, cyc, tensors, use_embedding=True, use_hidden=True, noise=0.0, rng=None):
+    """The MTP layer's draft for last token `t`, through eh_proj and the shared head (the block's output as noise)."""
+    emb, head = _bf16(tensors["model.embed_tokens.weight"]), _bf16(tensors["lm_head.weight"])
+    eh = _bf16(tensors[f"model.layers.{spec.num_hidden_layers}.eh_proj.weight"])
+    prev = next(u for u in range(SPECIAL_TOKENS, spec.vocab_size) if cyc.next[u] == t)
+    x = eh @ np.concatenate(
+        [_rmsnorm(emb[t]) * use_embedding, _rmsnorm(emb[prev]) * use_hidden]
+    )  # target hidden of `prev` ~ its embedding
+    if noise:
+        x = x + rng.standard_normal(x.shape) * noise
+    return int((_rmsnorm(x) @ head.T).argmax()) if np.any(x) else None
+
+
+def test_cycle_mtp_drafts_follow_the_designed_paths():
+    t = make_tensors(CYCLE)
+    cyc = TokenCycle.of(CYCLE)
+    rng = np.random.default_rng(3)
+    for tok in range(SPECIAL_TOKENS, CYCLE.vocab_size):
+        path = cyc.draft_path[tok]
+        assert _draft(tok, CYCLE, cyc, t, noise=CYCLE.mtp_gain, rng=rng) == cyc.draft_next(tok)
+        right = cyc.next[tok]
+        assert (cyc.draft_next(tok) == right) == (path != "wrong")
+        # each path carries the draft alone: without the other half of eh_proj it is unchanged; without its own
+        # half the draft is not the right one
+        if path == "embedding":
+            assert _draft(tok, CYCLE, cyc, t, use_hidden=False) == right
+            assert _draft(tok, CYCLE, cyc, t, use_embedding=False) != right
+        elif path == "hidden":
+            assert _draft(tok, CYCLE, cyc, t, use_embedding=False) == right
+            assert _draft(tok, CYCLE, cyc, t, use_hidden=False) != right
+
+
+def test_cycle_spec_refuses_a_vocabulary_wider_than_the_hidden_size():
+    with pytest.raises(TinyGlmError, match="vocab_size <= hidden_size"):
+        TinyGlmSpec(**{**CYCLE.__dict__, "vocab_size": 128}).validate()
+    with pytest.raises(TinyGlmError, match="weights must be"):
+        TinyGlmSpec(**{**CYCLE.__dict__, "weights": "trained"}).validate()
+    with pytest.raises(TinyGlmError, match="sum to at most 1"):
+        TinyGlmSpec(**{**CYCLE.__dict__, "draft_via_hidden": 0.7}).validate()
+
+
+def test_cycle_model_keeps_the_random_weights_of_everything_else():
+    rand = make_tensors(TinyGlmSpec(**{**CYCLE.__dict__, "weights": "random"}))
+    cyc = make_tensors(CYCLE)
+    changed = {n for n in rand if not np.array_equal(rand[n], cyc[n])}
+    nextn = f"model.layers.{CYCLE.num_hidden_layers}"
+    assert changed == {
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        f"{nextn}.eh_proj.weight",
+        f"{nextn}.embed_tokens.weight",
+        f"{nextn}.shared_head.head.weight",
+    }

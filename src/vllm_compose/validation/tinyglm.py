@@ -64,6 +64,22 @@ class TinyGlmSpec:
     #: flips that turn bf16 rounding differences between batch shapes into different tokens; the MoE kernels still
     #: run, with num_experts_per_tok of the experts active.
     fixed_routing: bool = False
+    #: "random": every weight random. "cycle": the token-cycle model (see `TokenCycle`): embedding, LM head and the
+    #: MTP layer's `eh_proj` are built so that greedy decoding follows a fixed permutation of the vocabulary with
+    #: logit margins far above bf16 rounding, and so that the MTP draft is right for a known set of tokens; every
+    #: other weight (attention, indexer, MoE, norms) stays random and still adds context-dependent logits.
+    weights: str = "random"
+    #: cycle model: per-element RMS of the embedding rows (the residual stream's token signal against the layers' output)
+    embed_rms: float = 4.0
+    #: cycle model: logit of the cycle's next token for a clean (context-free) hidden state; every other logit is 0
+    #: there, so this is the designed top-1 margin before the layers' context-dependent contributions
+    head_logit: float = 8.0
+    #: cycle model: per-element RMS of `eh_proj`'s output (the draft's token signal against the MTP block's output)
+    mtp_gain: float = 4.0
+    #: cycle model: fractions of the vocabulary whose draft comes through the embedding half of `eh_proj` and through
+    #: its hidden-state half; the rest gets a draft that is wrong by design
+    draft_via_embedding: float = 0.4
+    draft_via_hidden: float = 0.4
     #: extra fields merged into config.json last (e.g. index_topk_freq to give some layers a shared indexer)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -80,6 +96,21 @@ class TinyGlmSpec:
             problems.append("index_head_dim must be a multiple of 128 (the indexer's fp8 quant block)")
         if self.num_experts_per_tok > self.n_routed_experts:
             problems.append("num_experts_per_tok exceeds n_routed_experts")
+        if self.weights not in ("random", "cycle"):
+            problems.append(f"weights must be 'random' or 'cycle', not {self.weights!r}")
+        if self.weights == "cycle":
+            if self.vocab_size > self.hidden_size:
+                problems.append(
+                    f"the cycle model needs vocab_size <= hidden_size (one orthonormal embedding row per token); "
+                    f"got {self.vocab_size} > {self.hidden_size}"
+                )
+            if self.vocab_size < 8:
+                problems.append("the cycle model needs vocab_size >= 8")
+            fractions = (self.draft_via_embedding, self.draft_via_hidden)
+            if min(fractions) < 0 or sum(fractions) > 1:
+                problems.append("draft_via_embedding and draft_via_hidden must be >= 0 and sum to at most 1")
+            if min(self.embed_rms, self.head_logit, self.mtp_gain) <= 0:
+                problems.append("embed_rms, head_logit and mtp_gain must be positive")
         if max_model_len is not None and max_model_len <= self.index_topk:
             problems.append(
                 f"max_model_len {max_model_len} <= index_topk {self.index_topk}: the indexer cache would never "
@@ -253,6 +284,96 @@ def from_bf16_bits(b):
     return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+#: token ids the config names bos / eos / pad; prompts avoid them and the cycle never produces them
+SPECIAL_TOKENS = 3
+
+#: how the cycle model's MTP layer drafts the token after a given one (`TokenCycle.draft_path`)
+DRAFT_PATHS = ("embedding", "hidden", "wrong")
+
+
+@dataclass(frozen=True)
+class TokenCycle:
+    """The cycle model's designed behaviour, deterministic from the spec's seed.
+
+    `next[t]`: the token greedy decoding emits after `t` — one cycle through all non-special tokens (special tokens
+    lead into it). `draft_path[t]`: how the MTP layer learns that the token after `t` is `next[t]` when `t` is the
+    token it is given (the one just emitted):
+      - "embedding": only the embedding half of `eh_proj` carries it (the draft needs the MTP layer's own
+        `embed_tokens` — the weight PR #46994 loads on the last pipeline stage);
+      - "hidden": only the hidden-state half carries it (the draft needs the target's hidden states, and at the
+        second draft step the MTP layer's own recycled output);
+      - "wrong": the embedding half maps `t` to `next[t]`, so the draft is `next[next[t]]`, wrong by design.
+    So the draft after `t` is `draft_next(t)`, and vLLM's acceptance counters can be predicted exactly
+    (`vllm_compose.validation.expected`).
+    """
+
+    next: tuple[int, ...]
+    draft_path: tuple[str, ...]
+
+    @classmethod
+    def of(cls, spec: TinyGlmSpec) -> TokenCycle:
+        import numpy as np
+
+        v = spec.vocab_size
+        rng = np.random.Generator(np.random.PCG64([spec.seed, 0x6379636C65]))
+        order = [int(t) for t in rng.permutation(np.arange(SPECIAL_TOKENS, v))]
+        nxt = [0] * v
+        for a, b in zip(order, order[1:] + order[:1], strict=True):
+            nxt[a] = b
+        for t in range(SPECIAL_TOKENS):
+            nxt[t] = order[0]
+        u = rng.random(v)
+        e, h = spec.draft_via_embedding, spec.draft_via_hidden
+        paths = ["embedding" if x < e else "hidden" if x < e + h else "wrong" for x in u]
+        for t in range(SPECIAL_TOKENS):
+            paths[t] = "embedding"
+        return cls(tuple(nxt), tuple(paths))
+
+    def draft_next(self, t: int) -> int:
+        """The MTP layer's greedy draft when the last token is `t`."""
+        return self.next[self.next[t]] if self.draft_path[t] == "wrong" else self.next[t]
+
+
+def _cycle_tensors(spec: TinyGlmSpec, tensors: dict[str, Any]) -> None:
+    """Overwrite embedding, LM head and `eh_proj` with the cycle model's weights (see `TokenCycle`).
+
+    E: orthonormal rows (QR of a seeded Gaussian), one per token. Embedding = embed_rms * sqrt(h) * E, so a
+    token's RMS-normed embedding is sqrt(h) * E[t]. LM head row v = (head_logit / sqrt(h)) * sum of E[u] over the
+    u with next[u] = v, so a clean normed state of token u scores head_logit for next[u] and 0 elsewhere.
+    eh_proj = mtp_gain * [A | B] on [enorm(embedding of t); hnorm(hidden of the token before t)]:
+    A maps E[t] to E[t] ("embedding" tokens) or E[next[t]] ("wrong"), 0 for "hidden" tokens;
+    B maps E[w] to E[next[w]] when next[w] is a "hidden" token, else 0 (the hidden state of w is dominated by E[w]).
+    The MTP layer's output is then dominated by E[x] with next[x] the draft, and the shared LM head drafts next[x].
+    """
+    import numpy as np
+
+    cyc = TokenCycle.of(spec)
+    v, h = spec.vocab_size, spec.hidden_size
+    rng = np.random.Generator(np.random.PCG64([spec.seed, 0x6F7274686F]))
+    q, r = np.linalg.qr(rng.standard_normal((h, h)))
+    e = (q * np.sign(np.diag(r))).T[:v].astype(np.float64)  # v orthonormal rows of length h
+    tensors["model.embed_tokens.weight"] = (e * (spec.embed_rms * h**0.5)).astype(np.float32)
+    head = np.zeros((v, h))
+    for u, w in enumerate(cyc.next):
+        head[w] += e[u]
+    tensors["lm_head.weight"] = (head * (spec.head_logit / h**0.5)).astype(np.float32)
+    a = np.zeros((h, h))
+    b = np.zeros((h, h))
+    for t in range(v):
+        path = cyc.draft_path[t]
+        if path == "embedding":
+            a += np.outer(e[t], e[t])
+        elif path == "wrong":
+            a += np.outer(e[cyc.next[t]], e[t])
+    for w in range(v):
+        if cyc.draft_path[cyc.next[w]] == "hidden":
+            b += np.outer(e[cyc.next[w]], e[w])
+    for k in range(spec.num_nextn_predict_layers):
+        tensors[f"model.layers.{spec.num_hidden_layers + k}.eh_proj.weight"] = (
+            np.concatenate([a, b], axis=1) * spec.mtp_gain
+        ).astype(np.float32)
+
+
 def make_tensors(spec: TinyGlmSpec) -> dict[str, Any]:
     """All tensors as float32 numpy arrays, deterministic from `spec.seed`.
 
@@ -267,6 +388,8 @@ def make_tensors(spec: TinyGlmSpec) -> dict[str, Any]:
     for index, (name, (shape, _dtype)) in enumerate(layout.items()):
         rng = np.random.Generator(np.random.PCG64([spec.seed, index]))
         tensors[name] = _init_tensor(rng, name, shape, spec)
+    if spec.weights == "cycle":
+        _cycle_tensors(spec, tensors)
     for k in range(spec.num_nextn_predict_layers):
         p = f"model.layers.{spec.num_hidden_layers + k}"
         tensors[f"{p}.embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
@@ -378,4 +501,7 @@ def prompts(spec: TinyGlmSpec, count: int = 4, lengths: tuple[int, ...] = (17, 6
     import numpy as np
 
     rng = np.random.Generator(np.random.PCG64([spec.seed, 0x70726F6D]))
-    return [[int(t) for t in rng.integers(3, spec.vocab_size, size=lengths[i % len(lengths)])] for i in range(count)]
+    return [
+        [int(t) for t in rng.integers(SPECIAL_TOKENS, spec.vocab_size, size=lengths[i % len(lengths)])]
+        for i in range(count)
+    ]
