@@ -14,11 +14,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from vllm_compose.validation.expected import first_difference, judge  # noqa: E402
 from vllm_compose.validation.tinyglm import TinyGlmSpec, TokenCycle, prompts  # noqa: E402
 
-#: label prefix -> (baseline run, model folder under the stage)
+#: label prefix -> (baseline run, model folder under the stage, judged against the cycle prediction)
 MODELS = {
-    "composed": ("composed_pp1", "tiny"),
-    "fixed": ("fixed_pp1", "tiny_fixed"),
-    "cycle": ("cycle_pp1", "tiny_cycle"),
+    "composed": ("composed_pp1", "tiny", False),
+    "fixed": ("fixed_pp1", "tiny_fixed", False),
+    "cycle": ("cycle_pp1", "tiny_cycle", True),
+    "cyclewrong": ("cyclewrong_pp1_mtp2", "tiny_cycle_wrong", True),
 }
 
 
@@ -35,16 +36,16 @@ def verdicts_for(stage, runs):
     """Cycle-model runs: `expected.judge` (prediction, baseline, spec counters, log-probs). Others: first token
     difference from their model's PP1 baseline, with both runs' top-2 margins there."""
     verdicts = {}
-    cycle_runs = {k: r for k, r in runs.items() if k.startswith("cycle")}
-    if cycle_runs:
-        spec_file = stage / MODELS["cycle"][1] / "tinyglm_spec.json"
-        spec = TinyGlmSpec(**json.loads(spec_file.read_text()))
-        n = max((len(r.get("token_ids") or []) for r in cycle_runs.values()), default=0)  # prompts per run
-        verdicts.update(judge(cycle_runs, TokenCycle.of(spec), prompts(spec, n), MODELS["cycle"][0]))
+    for prefix, (baseline, folder, predicted) in MODELS.items():
+        family = {k: r for k, r in runs.items() if k.split("_")[0] == prefix}
+        if predicted and family:
+            spec = TinyGlmSpec(**json.loads((stage / folder / "tinyglm_spec.json").read_text()))
+            n = max((len(r.get("token_ids") or []) for r in family.values()), default=0)  # prompts per run
+            verdicts.update(judge(family, TokenCycle.of(spec), prompts(spec, n), baseline))
     for label, r in runs.items():
-        base_label = MODELS.get(label.split("_")[0], MODELS["composed"])[0]
+        base_label, _folder, predicted = MODELS.get(label.split("_")[0], MODELS["composed"])
         base = runs.get(base_label, {})
-        if label.startswith("cycle") or label == base_label or not r.get("ok") or not base.get("ok"):
+        if predicted or label == base_label or not r.get("ok") or not base.get("ok"):
             continue
         diff = first_difference(base["token_ids"], r["token_ids"])
         v = {"baseline": base_label, "identical_to_baseline": diff is None, "first_difference_from_baseline": diff}

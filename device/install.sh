@@ -22,7 +22,10 @@ generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}), Path('$S/tiny'), max_mo
 # fixed routing variant: see TinyGlmSpec.fixed_routing
 generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, fixed_routing=True), Path('$S/tiny_fixed'), max_model_len=1024)
 # cycle model (TokenCycle): greedy tokens and MTP acceptance known in advance
-generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, weights='cycle', vocab_size=512), Path('$S/tiny_cycle'), max_model_len=1024)"
+generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, weights='cycle', vocab_size=512), Path('$S/tiny_cycle'), max_model_len=1024)
+# the same cycle with every draft wrong by design (acceptance 0, as the random models)
+generate(TinyGlmSpec(num_hidden_layers=${VC_LAYERS:-4}, weights='cycle', vocab_size=512, draft_via_embedding=0.0,
+                     draft_via_hidden=0.0), Path('$S/tiny_cycle_wrong'), max_model_len=1024)"
 else
   tar xf "$REPO/.devstage/p2/part2.tar" -C "$S/p"
   for t in stock composed; do

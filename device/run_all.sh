@@ -54,6 +54,12 @@ for phase in "$@"; do
     c5) VC_MODEL=tiny_cycle run cycle_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 --bench-tokens 256 ;;
     # the random-routing model at PP2 + MTP 2 again (a device-side assert once), launches synchronous, full log kept
     r5) CUDA_LAUNCH_BLOCKING=1 run composed_pp2_mtp2_sync composed 0,1 8.0 --pp 2 --mtp 2 ;;
+    r5n) run composed_pp2_mtp2_again composed 0,1 8.0 --pp 2 --mtp 2 ;;
+    # what triggers it: every draft rejected (cycle model with wrong drafts), and async scheduling on/off
+    w1) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 ;;
+    w2) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp2_mtp2_sync_sched composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
+    w3) run composed_pp2_mtp2_sync_sched composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
+    w4) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp1_mtp2 composed 0 8.0 --pp 1 --mtp 2 ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

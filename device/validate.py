@@ -62,6 +62,7 @@ def main() -> int:
     ap.add_argument("--backend", default="TRITON_MLA_SPARSE")
     ap.add_argument("--gpu-mem", type=float, default=0.25)
     ap.add_argument("--bench-tokens", type=int, default=0, help="also time single-stream decode of N tokens")
+    ap.add_argument("--sync-scheduling", action="store_true", help="async_scheduling=False (default: vLLM's choice)")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -84,6 +85,7 @@ def main() -> int:
         "max_model_len": args.max_model_len,
         "index_topk": spec.index_topk,
         "model_weights": spec.weights,
+        "sync_scheduling": args.sync_scheduling,
     }
     out = Path(args.out)
     try:
@@ -110,6 +112,8 @@ def main() -> int:
         )
         if args.backend not in ("", "auto"):
             kwargs["attention_backend"] = args.backend
+        if args.sync_scheduling:
+            kwargs["async_scheduling"] = False
         if args.mtp:
             kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": args.mtp}
         t0 = time.perf_counter()

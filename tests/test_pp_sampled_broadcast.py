@@ -1,0 +1,121 @@
+"""Skew fix 0022 on the real 0.26.0 file: under PP, every sampled token reaches the earlier stages.
+
+The bug it fixes was found on the GPU (docs/validation.md: PP2 + MTP2 with every draft rejected emitted a copy of
+token 319 as token 320). The decision behind it is plain numpy, so it is checked here on a CPU: the release's
+`compute_need_sampled_mask` (stock vllm/v1/worker/gpu/pp_utils.py, from the PyPI sdist) and the same function after
+the series' patch are executed on the batch a request presents at its second-to-last step under async scheduling,
+where `num_computed_tokens` still counts the previous step's rejected drafts.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+import pytest
+from conftest import GIT_ENV, REAL_CACHE_ROOT
+
+np = pytest.importorskip("numpy", reason="the PP gate is numpy code (numpy is installed by .ci/run)")
+
+from vllm_compose import gitstore, sources  # noqa: E402
+from vllm_compose.apply import apply_patches  # noqa: E402
+from vllm_compose.errors import SourceError  # noqa: E402
+from vllm_compose.patchfile import parse_patch  # noqa: E402
+
+pytestmark = [pytest.mark.sdist, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+PATCH = REPO / "series" / "patches" / "0022-pp-broadcast-every-sampled-token.patch"
+PP_UTILS = "vllm/v1/worker/gpu/pp_utils.py"
+
+
+@dataclass
+class Batch:
+    """The InputBatch fields the gate reads (numpy arrays, one entry per request)."""
+
+    num_computed_tokens_np: np.ndarray
+    prefill_len_np: np.ndarray
+    num_scheduled_tokens: np.ndarray
+    max_seq_len_np: np.ndarray
+    is_prefilling_np: np.ndarray
+
+
+def _gate(source: str):
+    """`compute_need_sampled_mask` from a pp_utils.py text, executed alone (it needs only numpy)."""
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "compute_need_sampled_mask")
+    namespace = {"np": np, "InputBatch": Batch}
+    exec(compile(ast.Module([fn], []), PP_UTILS, "exec"), namespace)  # noqa: S102 - the release's own code
+    return namespace["compute_need_sampled_mask"]
+
+
+@pytest.fixture(scope="module")
+def stock_and_patched(tmp_path_factory):
+    cache = sources.Cache(REAL_CACHE_ROOT)  # the user's (or CI's) cache: the sdist is downloaded once
+    name = "vllm-0.26.0.tar.gz"
+    known = cache.lookup_name(name)
+    if not (known and cache.has(known[0])):
+        try:
+            sources.find_sdist(sources.version_of_tag("v0.26.0"), sources.pip_index_url())
+        except SourceError as exc:
+            pytest.skip(f"{name} is not cached in {cache.root} and PyPI is unreachable ({exc.message})")
+    root = tmp_path_factory.mktemp("pp")
+    with pytest.MonkeyPatch.context() as mp:  # module scope: the per-test git environment is not set yet
+        for key, value in GIT_ENV.items():
+            mp.setenv(key, value)
+        repo = gitstore.open_or_init_repo(root / "vllm")
+        commit = sources.ensure_release(repo, "v0.26.0", cache)
+    blob = commit.tree[PP_UTILS]
+    stock = repo[blob.id].peel(pygit2.Blob).data.decode()
+    target = root / "tree"
+    (target / Path(PP_UTILS).parent).mkdir(parents=True)
+    (target / PP_UTILS).write_text(stock)
+    result = apply_patches(target, [parse_patch(PATCH.read_bytes(), name=PATCH.name)])
+    assert result.ok, [h.to_json() for h in result.hunks]
+    return _gate(stock), _gate((target / PP_UTILS).read_text())
+
+
+def _decode_step(prompt: int, max_tokens: int, emitted: int, drafts: int, overshoot: int) -> Batch:
+    """One decoding request after `emitted` tokens, scheduled with `drafts` drafts; `overshoot` rejected drafts of
+    the previous step still counted in num_computed_tokens (async scheduling)."""
+    one = lambda v: np.array([v], dtype=np.int32)  # noqa: E731
+    return Batch(
+        num_computed_tokens_np=one(prompt + emitted - 1 + overshoot),
+        prefill_len_np=one(prompt),
+        num_scheduled_tokens=one(1 + drafts),
+        max_seq_len_np=one(prompt + max_tokens),
+        is_prefilling_np=np.array([False]),
+    )
+
+
+def test_stock_gate_drops_the_second_to_last_token_when_rejected_drafts_are_still_counted(stock_and_patched):
+    stock, _patched = stock_and_patched
+    # the step that samples token 319 of 320 feeds the last step: it must be broadcast
+    assert stock(_decode_step(17, 320, 318, drafts=2, overshoot=0)) is not None  # sync: counted right
+    assert stock(_decode_step(17, 320, 318, drafts=1, overshoot=1)) is not None  # MTP1: one too many is harmless
+    assert stock(_decode_step(17, 320, 318, drafts=2, overshoot=2)) is None  # MTP2, both rejected: dropped (bug)
+
+
+def test_patched_gate_broadcasts_every_sampled_token(stock_and_patched):
+    _stock, patched = stock_and_patched
+    for drafts in (1, 2, 3):
+        for overshoot in range(drafts + 1):
+            for emitted in (1, 100, 317, 318, 319):
+                mask = patched(_decode_step(17, 320, emitted, drafts, overshoot))
+                assert mask is not None and mask.tolist() == [True]
+
+
+def test_patched_gate_still_skips_prefill_chunks_that_sample_nothing(stock_and_patched):
+    _stock, patched = stock_and_patched
+    chunk = Batch(
+        num_computed_tokens_np=np.array([0, 0], dtype=np.int32),
+        prefill_len_np=np.array([100, 40], dtype=np.int32),
+        num_scheduled_tokens=np.array([64, 40], dtype=np.int32),
+        max_seq_len_np=np.array([420, 360], dtype=np.int32),
+        is_prefilling_np=np.array([True, True]),
+    )
+    assert patched(chunk).tolist() == [False, True]
+    first_only = Batch(**{**chunk.__dict__, "num_scheduled_tokens": np.array([64, 32], dtype=np.int32)})
+    assert patched(first_only) is None
