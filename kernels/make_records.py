@@ -2,6 +2,9 @@
 
     python kernels/make_records.py RECORDS_JSON...
 
+Records accumulate: the kernels and runs already in the two files are kept, and new specializations are added
+(validation sessions record different shapes, e.g. the cycle model's vocabulary of 512).
+
 composed-v0.26.0-sm80.json   every Triton compilation of the composed tree's runs under the sm_80 override
 stock-v0.26.0-sm80.json      derived (see its "derivation"): stock 0.26.0 on sm_80 stops at start-up (the indexer
                              refuses to run without DeepGEMM) before any kernel launches; the kernel its Indexer
@@ -27,6 +30,13 @@ def key(k):
 def main():
     composed, fused = {}, {}
     sources = []
+    for name, into in (("composed-v0.26.0-sm80.json", composed), ("stock-v0.26.0-sm80.json", fused)):
+        old = HERE / name
+        if old.exists():
+            data = json.loads(old.read_text())
+            for k in data["kernels"]:
+                into.setdefault(key(k), k)
+            sources += [r for r in data.get("runs", []) if r not in sources]
     for path in sys.argv[1:]:
         data = json.loads(Path(path).read_text())
         for label, rec in data.items():
@@ -45,7 +55,7 @@ def main():
     common = {
         "schema": 1,
         "vllm": "0.26.0",
-        "recorded_on": "2026-11-29, 2x NVIDIA H200 (sm_90) with the sm_80 override",
+        "recorded_on": "2026-11-29 (two sessions), 2x NVIDIA H200 (sm_90) with the sm_80 override",
         "recorder": "device/sitecustomize/sitecustomize.py (Triton jit_cache_hook)",
     }
     (HERE / "composed-v0.26.0-sm80.json").write_text(

@@ -110,6 +110,15 @@ def test_judge_flags_a_token_off_the_cycle_and_counters_off_the_prediction():
         predicted.add(predicted_spec_counters(c, p, 8, 2))
     metrics = {f"vllm:spec_decode_{k}": v for k, v in predicted.as_dict().items()}
     off = {**metrics, "vllm:spec_decode_num_accepted_tokens": metrics["vllm:spec_decode_num_accepted_tokens"] - 1}
+    bench_tokens = expected_tokens(c, prompts[0], 6)
+    bench_counters = predicted_spec_counters(c, prompts[0], 6, 2)
+    bench = {
+        "token_ids": bench_tokens,
+        "spec_counters": {
+            "vllm:spec_decode_num_drafts": float(bench_counters.num_drafts),
+            "vllm:spec_decode_num_accepted_tokens": float(bench_counters.num_accepted_tokens),
+        },
+    }
     runs = {
         "pp1": _run(good),
         "pp2": _run(good),
@@ -118,7 +127,11 @@ def test_judge_flags_a_token_off_the_cycle_and_counters_off_the_prediction():
         "broken": _run(bad),
         "failed": _run(None, ok=False),
     }
+    runs["pp2_mtp2"]["bench"] = bench
+    runs["pp2_mtp2_off"]["bench"] = {**bench, "token_ids": bench_tokens[:-1] + [9]}
     v = judge(runs, c, prompts, "pp1")
+    assert v["pp2_mtp2"]["bench_tokens_as_predicted"] and v["pp2_mtp2"]["bench_spec_as_predicted"]
+    assert not v["pp2_mtp2_off"]["bench_tokens_as_predicted"]
     assert v["pp1"]["as_predicted"] and "identical_to_baseline" not in v["pp1"]
     assert v["pp2"]["as_predicted"] and v["pp2"]["identical_to_baseline"]
     assert v["pp2_mtp2"]["spec_as_predicted"] and v["pp2_mtp2"]["identical_to_baseline"]

@@ -190,6 +190,12 @@ def judge(
                 v["logprobs_vs_baseline"] = logprob_agreement(base["top_logprobs"], run["top_logprobs"])
         if run.get("top_logprobs"):
             v["min_top1_margin"] = min_top1_margin(run["top_logprobs"])
+        bench = run.get("bench") or {}
+        if bench.get("token_ids") and prompts:
+            # the decode benchmark's timed request: the first prompt alone (benchmarks/mtp_decode.py)
+            v["bench_tokens_as_predicted"] = bench["token_ids"] == expected_tokens(
+                cycle, prompts[0], len(bench["token_ids"])
+            )
         measured = measured_spec_counters(run.get("spec_metrics") or {})
         k = int(run.get("mtp") or 0)
         if k:
@@ -199,5 +205,12 @@ def judge(
             v["spec_predicted"] = predicted.as_dict()
             v["spec_measured"] = measured.as_dict() if measured else None
             v["spec_as_predicted"] = measured is not None and measured.as_dict() == predicted.as_dict()
+            if bench.get("token_ids") and prompts:
+                want_bench = predicted_spec_counters(cycle, prompts[0], len(bench["token_ids"]), k)
+                got_bench = bench.get("spec_counters") or {}
+                v["bench_spec_as_predicted"] = (
+                    int(got_bench.get("vllm:spec_decode_num_drafts", -1)) == want_bench.num_drafts
+                    and int(got_bench.get("vllm:spec_decode_num_accepted_tokens", -1)) == want_bench.num_accepted_tokens
+                )
         verdicts[label] = v
     return verdicts
