@@ -3,7 +3,9 @@
 Single-stream decode (one prompt, greedy, `--max-tokens` new tokens, EOS ignored) after one warm-up request, so the
 number is decode-dominated. Acceptance = accepted draft tokens / proposed draft tokens from vLLM's spec-decode
 counters over the timed request. With the tiny random-init model the draft layer is untrained: its acceptance says
-the MTP path ran, not how well MTP predicts (the real GLM-5.x MTP head is trained).
+the MTP path ran, not how well MTP predicts (the real GLM-5.x MTP head is trained). With the cycle model
+(`TinyGlmSpec(weights="cycle")`) acceptance is designed: `vllm_compose.validation.expected.predicted_spec_counters`
+gives the exact counts the timed request must report (docs/validation.md: 115/141 with one draft, 150/212 with two).
 
     python benchmarks/mtp_decode.py --model /tmp/tiny --mtp 0 1 2 --out bench.json     # one process per config
     from benchmarks.mtp_decode import measure                                          # inside a running engine
