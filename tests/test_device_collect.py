@@ -11,22 +11,13 @@ import pytest
 
 pytest.importorskip("numpy", reason="the tiny checkpoint generator needs numpy (see .ci/run)")
 
+from test_tinyglm import CYCLE  # noqa: E402
+
 from vllm_compose.validation.expected import SpecCounters, expected_tokens, predicted_spec_counters  # noqa: E402
-from vllm_compose.validation.tinyglm import TinyGlmSpec, TokenCycle, generate, prompts  # noqa: E402
+from vllm_compose.validation.tinyglm import TokenCycle, generate, prompts  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = TinyGlmSpec(
-    weights="cycle",
-    vocab_size=64,
-    hidden_size=64,
-    intermediate_size=96,
-    moe_intermediate_size=32,
-    num_attention_heads=2,
-    n_routed_experts=4,
-    q_lora_rank=32,
-    index_n_heads=4,
-    index_topk=16,
-)
+SPEC = CYCLE  # the small cycle model of test_tinyglm.py
 
 
 def test_collect_judges_cycle_runs_and_keeps_the_failed_runs_log(tmp_path):
