@@ -13,6 +13,13 @@ VC_RECORD_DIR=/path      each process appends JSON lines there (`<pid>.jsonl`):
                          {"kind": "capability", "caller": "vllm/...py:LINE func", "asked": ...} once per call site;
                          {"kind": "triton", "module": ..., "qualname": ..., "specialization": <triton JSON>} once per
                          Triton compilation (Triton's jit_cache_hook, called on each in-memory cache miss).
+VC_CHECK_TOKEN_IDS=1     diagnostics for an out-of-range token id (docs/validation.md, open finding 2): every
+                         `VocabParallelEmbedding.forward` checks its ids against the embedding's rows, and the MTP
+                         draft's `compute_logits` counts rows that are not finite; each check synchronizes with the
+                         GPU (lighter than CUDA_LAUNCH_BLOCKING, which hid the failure). A bad id is recorded
+                         ({"kind": "bad-token-ids", ...} with the vLLM call stack) and raised as a RuntimeError; a
+                         non-finite draft logit row is recorded ({"kind": "nonfinite-draft-logits", ...}). Prepared
+                         after session 2, not yet run.
 """
 
 import importlib.abc
@@ -22,6 +29,7 @@ import os
 import sys
 
 _FAKE = os.environ.get("VC_FAKE_CAPABILITY")
+_CHECK_IDS = os.environ.get("VC_CHECK_TOKEN_IDS") == "1"
 _RECORD_DIR = os.environ.get("VC_RECORD_DIR")
 _seen_callers = set()
 
@@ -73,11 +81,84 @@ def _patch_platform(module):
     _record({"kind": "patched", "what": "vllm.platforms.cuda", "capability": _FAKE, "pid": os.getpid()})
 
 
+def _vllm_stack(limit=12):
+    """The vLLM frames of the current call stack, innermost first ("vllm/...py:LINE func")."""
+    out, frame = [], sys._getframe(2)
+    while frame is not None and len(out) < limit:
+        path = frame.f_code.co_filename
+        if "vllm/" in path and "sitecustomize" not in path:
+            out.append(f"{path[path.rfind('vllm/') :]}:{frame.f_lineno} {frame.f_code.co_name}")
+        frame = frame.f_back
+    return out
+
+
+def _patch_embedding(module):
+    cls = module.VocabParallelEmbedding
+    original = cls.forward
+
+    def forward(self, input_):
+        rows = self.weight.shape[0]
+        bad = (input_ < 0) | (input_ >= rows)
+        if bool(bad.any()):
+            ids = input_[bad][:16].tolist()
+            _record(
+                {
+                    "kind": "bad-token-ids",
+                    "ids": ids,
+                    "rows": rows,
+                    "shape": list(input_.shape),
+                    "stack": _vllm_stack(),
+                    "pid": os.getpid(),
+                }
+            )
+            raise RuntimeError(f"VC_CHECK_TOKEN_IDS: token ids {ids} outside the embedding's {rows} rows")
+        return original(self, input_)
+
+    cls.forward = forward
+    _record({"kind": "patched", "what": module.__name__, "pid": os.getpid()})
+
+
+def _patch_mtp_logits(module):
+    cls = module.DeepSeekMTP
+    original = cls.compute_logits
+
+    def compute_logits(self, *args, **kwargs):
+        logits = original(self, *args, **kwargs)
+        if logits is not None:
+            import torch
+
+            rows = (~torch.isfinite(logits)).any(dim=-1)
+            if bool(rows.any()):
+                _record(
+                    {
+                        "kind": "nonfinite-draft-logits",
+                        "rows": int(rows.sum()),
+                        "of": int(rows.numel()),
+                        "stack": _vllm_stack(),
+                        "pid": os.getpid(),
+                    }
+                )
+        return logits
+
+    cls.compute_logits = compute_logits
+    _record({"kind": "patched", "what": module.__name__, "pid": os.getpid()})
+
+
+#: module name -> function patching it right after it executes
+_PATCHES = {}
+if _FAKE:
+    _PATCHES["vllm.platforms.cuda"] = _patch_platform
+if _CHECK_IDS:
+    _PATCHES["vllm.model_executor.layers.vocab_parallel_embedding"] = _patch_embedding
+    _PATCHES["vllm.model_executor.models.deepseek_mtp"] = _patch_mtp_logits
+
+
 class _PatchAfterExec(importlib.abc.MetaPathFinder):
-    """Finds `vllm.platforms.cuda` through the other finders, then patches the module right after it executes."""
+    """Finds a module of `_PATCHES` through the other finders, then patches it right after it executes."""
 
     def find_spec(self, name, path, target=None):
-        if name != "vllm.platforms.cuda":
+        patch = _PATCHES.get(name)
+        if patch is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -92,7 +173,12 @@ class _PatchAfterExec(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             original_exec(module)
-            _patch_platform(module)
+            try:
+                patch(module)
+            except Exception as exc:  # a diagnostic must not change the run it observes
+                if name == "vllm.platforms.cuda":
+                    raise
+                _record({"kind": "patch-failed", "what": name, "error": repr(exc), "pid": os.getpid()})
 
         loader.exec_module = exec_module
         return spec
@@ -139,8 +225,9 @@ def _install_triton_recorder():
     knobs.runtime.jit_cache_hook = hook
 
 
-if _FAKE:
+if _PATCHES:
     sys.meta_path.insert(0, _PatchAfterExec())
+if _FAKE:
     try:
         _patch_torch()
     except Exception as exc:
