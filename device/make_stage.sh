@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the device payload on this machine (no GPU needed) and split it in two parts for two back-to-back calls
-# (a call carries at most 64 MiB): .devstage/p1/part1.tar, .devstage/p2/part2.tar. Inputs: the stock wheel, the stock sdist tree, the composed tree, the wheels of
+# Build the device payload on this machine (no GPU needed) and split it in three parts for three back-to-back calls
+# (a call carries at most 64 MiB, the repository's working tree included): .devstage/p1/part1.tar (dependency
+# wheels, Python trees, overlay, small objects), .devstage/p2/part2.tar (_moe_C), .devstage/p3/part3.tar (_C). Inputs: the stock wheel, the stock sdist tree, the composed tree, the wheels of
 # vLLM's missing Python dependencies (cp312).
 #   device/make_stage.sh WHEEL STOCK_SDIST_VLLM_DIR COMPOSED_VLLM_DIR DEPS_WHEEL_DIR
 set -euo pipefail
@@ -34,11 +35,14 @@ cp "$CACHE/$so.xz" "$W/p/$so.xz"
 (cd "$COMPOSED" && tar cf - -T "$W/overlay.list" | xz -9 > "$W/p/overlay.tar.xz")
 cp "$DEPS"/*.whl "$W/p/whl/"
 (cd "$W/p" && sha256sum *.xz whl/*.whl > SHA256SUMS)
-# Part 1: everything but the _C object, so the first call can already install the dependencies, unpack the trees
-# and check that vLLM imports; part 2: _C (56 MB compressed) and FA3 (8 MB).
-mkdir -p "$ROOT/.devstage/p1" "$ROOT/.devstage/p2"
-rm -rf "$ROOT"/.devstage/p1/* "$ROOT"/.devstage/p2/*
-(cd "$W/p" && tar cf "$ROOT/.devstage/p1/part1.tar" --exclude _C_stable_libtorch.abi3.so.xz --exclude _vllm_fa3_C.abi3.so.xz .)
-(cd "$W/p" && tar cf "$ROOT/.devstage/p2/part2.tar" _C_stable_libtorch.abi3.so.xz _vllm_fa3_C.abi3.so.xz)
+# Part 1: everything but the two large objects, so the first call can already install the dependencies, unpack the
+# trees and write the tiny models; part 2: _moe_C (40 MB compressed); part 3: _C (56 MB compressed). (Two parts of
+# ~61 MiB each left under 1 MiB for the repository itself.)
+mkdir -p "$ROOT/.devstage/p1" "$ROOT/.devstage/p2" "$ROOT/.devstage/p3"
+rm -rf "$ROOT"/.devstage/p1/* "$ROOT"/.devstage/p2/* "$ROOT"/.devstage/p3/*
+(cd "$W/p" && tar cf "$ROOT/.devstage/p1/part1.tar" --exclude _C_stable_libtorch.abi3.so.xz \
+   --exclude _moe_C_stable_libtorch.abi3.so.xz .)
+(cd "$W/p" && tar cf "$ROOT/.devstage/p2/part2.tar" _moe_C_stable_libtorch.abi3.so.xz)
+(cd "$W/p" && tar cf "$ROOT/.devstage/p3/part3.tar" _C_stable_libtorch.abi3.so.xz)
 wc -l < "$W/overlay.list" | xargs echo "overlay files:"
-du -b "$ROOT"/.devstage/p1/* "$ROOT"/.devstage/p2/*
+du -b "$ROOT"/.devstage/p1/* "$ROOT"/.devstage/p2/* "$ROOT"/.devstage/p3/*
