@@ -839,7 +839,41 @@ def ensure_release(
             commit = _peel_tag(repo, ref)
             if commit is not None:
                 return commit
-    cache = cache or Cache()
+    sdist = fetch_sdist(version, cache or Cache(), progress, offline=offline, index_url=index_url, tag=tag)
+    return import_sdist(
+        repo,
+        tag,
+        sdist.path,
+        sdist_name=sdist.filename,
+        sdist_sha256=sdist.sha256,
+        index_url=sdist.origin,
+        progress=progress,
+    )
+
+
+@dataclass(frozen=True)
+class CachedSdist:
+    """A release sdist in the cache: its verified blob, file name, sha256 and where it was listed."""
+
+    path: Path
+    filename: str
+    sha256: str
+    origin: str
+
+
+def fetch_sdist(
+    version: Version,
+    cache: Cache,
+    progress: ProgressCallback | None = None,
+    *,
+    offline: bool = False,
+    index_url: str | None = None,
+    tag: str | None = None,
+) -> CachedSdist:
+    """The verified sdist of `version`: from the index (downloaded once, sha256-checked, name remembered), else —
+    offline or with the index unreachable — the one the cache's name index knows. Raises `SourceError` when neither
+    has it (`tag` names the release in the message; default: the version's tag)."""
+    tag = tag or tag_of_version(version)
     filename = f"{PROJECT}-{version}.tar.gz"
     info: IndexFile | None = None
     network_error: SourceError | None = None
@@ -852,24 +886,21 @@ def ensure_release(
     if info is not None:
         path = download(info.url, info.sha256, cache, progress, what=f"{info.filename} from {redact_url(info.url)}")
         cache.remember_name(info.filename, info.sha256, info.index_url)
-        origin = info.index_url
-        sha256 = info.sha256
-        filename = info.filename
-    else:
-        known = cache.lookup_name(filename)
-        path = cache.get_path(known[0]) if known else None
-        if path is None:
-            note = cache.corrupt.get(known[0], "") if known else ""
-            reason = network_error.message if network_error else "offline"
-            raise SourceError(
-                (note + "; " if note else "") + f"release {tag} is not in the repository and {filename} is not in "
-                f"the cache ({reason})",
-                tag=tag,
-                hint=f"download {filename} from PyPI by hand and pass --sources DIR holding it, "
-                "or retry with the network on",
-            )
-        sha256, origin = known
-    return import_sdist(repo, tag, path, sdist_name=filename, sdist_sha256=sha256, index_url=origin, progress=progress)
+        return CachedSdist(path, info.filename, info.sha256, info.index_url)
+    known = cache.lookup_name(filename)
+    path = cache.get_path(known[0]) if known else None
+    if path is None:
+        note = cache.corrupt.get(known[0], "") if known else ""
+        reason = network_error.message if network_error else "offline"
+        raise SourceError(
+            (note + "; " if note else "") + f"release {tag} is not in the repository and {filename} is not in "
+            f"the cache ({reason})",
+            tag=tag,
+            hint=f"download {filename} from PyPI by hand and pass --sources DIR holding it, "
+            "or retry with the network on",
+        )
+    sha256, origin = known
+    return CachedSdist(path, filename, sha256, origin)
 
 
 def _peel_tag(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
