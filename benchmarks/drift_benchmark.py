@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from drift.cases import Case, choose_cases  # noqa: E402
-from drift.markdown import table, write_section  # noqa: E402
+from drift.markdown import publish, table  # noqa: E402
 from drift.sdist import SdistSource, cache_dir, fetch_sdist  # noqa: E402
 from drift.tools import ToolResult, Workbench, engine_runner  # noqa: E402
 
@@ -348,14 +348,14 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"),
     }
     out = args.json or cache_dir() / "drift-results.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "summary": summary, "cases": records}, indent=1))
     markdown = render(summary, records, meta)
-    print(markdown)
-    print(f"\nresults: {out}")
-    if not args.no_docs:
-        write_section(args.docs, "drift-benchmark", markdown)
-        print(f"docs: {args.docs}")
+    publish(
+        out,
+        {"meta": meta, "summary": summary, "cases": records},
+        markdown,
+        None if args.no_docs else args.docs,
+        "drift-benchmark",
+    )
     return 0
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import platform
 import sys
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from drift.markdown import table, write_section  # noqa: E402
+from drift.markdown import publish, table  # noqa: E402
 from drift.sdist import cache_dir  # noqa: E402
 
 from vllm_compose.patchfile import Patch, decode_text, encode_text, parse_patch  # noqa: E402
@@ -335,14 +334,14 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
     }
     out = args.json or cache_dir() / "speed-results.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "real": real, "scaling": rows}, indent=1))
     markdown = render(real, rows, meta)
-    print(markdown)
-    print(f"\nresults: {out}")
-    if not args.no_docs:
-        write_section(args.docs, "placement-speed", markdown)
-        print(f"docs: {args.docs}")
+    publish(
+        out,
+        {"meta": meta, "real": real, "scaling": rows},
+        markdown,
+        None if args.no_docs else args.docs,
+        "placement-speed",
+    )
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -35,3 +36,15 @@ def write_section(doc: Path, name: str, body: str) -> None:
         text = (text.rstrip() + "\n\n" if text.strip() else "") + block + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
+
+
+def publish(out: Path, payload: dict, markdown: str, docs: Path | None, section: str) -> None:
+    """A benchmark's results: `payload` as JSON at `out`, `markdown` on stdout and, unless `docs` is None, into the
+    generated section `section` of `docs`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1))
+    print(markdown)
+    print(f"\nresults: {out}")
+    if docs is not None:
+        write_section(docs, section, markdown)
+        print(f"docs: {docs}")
