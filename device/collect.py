@@ -82,7 +82,7 @@ def main():
         records[d.name] = {
             "capability_callers": sorted(set(caps)),
             "triton_kernels": list(kernels.values()),
-            "other": other[:20],
+            "other": other[:60],
         }
     (out / "records.json").write_text(json.dumps(records, indent=1))
     logs = []

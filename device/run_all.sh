@@ -60,9 +60,13 @@ for phase in "$@"; do
     w2) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp2_mtp2_sync_sched composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
     w3) run composed_pp2_mtp2_sync_sched composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
     w4) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp1_mtp2 composed 0 8.0 --pp 1 --mtp 2 ;;
-    # open finding 2 (docs/validation.md): where the out-of-range token id comes from (sitecustomize's
-    # VC_CHECK_TOKEN_IDS: ids checked at every embedding, non-finite draft logits counted); prepared, not yet run
+    w5) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp1_mtp2_sync_sched composed 0 8.0 --pp 1 --mtp 2 --sync-scheduling ;;
+    # open finding 2 (docs/validation.md): where the out-of-range index comes from (device/sitecustomize):
+    # d5 checks ids at every embedding and synchronizes; d6 counts bad ids, draft tokens and gather indices on the
+    # GPU without synchronizing (and clamps them, so the run goes on); d7 runs the PP broadcasts on the main stream
     d5) VC_CHECK_TOKEN_IDS=1 run composed_pp2_mtp2_checked composed 0,1 8.0 --pp 2 --mtp 2 ;;
+    d6) VC_CHECK_TOKEN_IDS=async run composed_pp2_mtp2_tally composed 0,1 8.0 --pp 2 --mtp 2 ;;
+    d7) VC_PP_SAME_STREAM=1 run composed_pp2_mtp2_same_stream composed 0,1 8.0 --pp 2 --mtp 2 ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

@@ -50,6 +50,13 @@ def spec_metrics(llm) -> dict:
     return out
 
 
+def _flush_tally() -> list:
+    """Runs in each worker (collective_rpc): the VC_CHECK_TOKEN_IDS=async counts of device/sitecustomize."""
+    import sitecustomize
+
+    return sitecustomize.flush_tally()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)
@@ -141,6 +148,8 @@ def main() -> int:
         result["generated_tokens"] = sum(len(t) for t in result["token_ids"])
         result["tok_per_s"] = result["generated_tokens"] / result["generate_s"]
         result["spec_metrics"] = spec_metrics(llm)
+        if os.environ.get("VC_CHECK_TOKEN_IDS") == "async":
+            result["tally"] = llm.collective_rpc(_flush_tally)
         if args.bench_tokens:
             sys.path.insert(0, str(REPO / "benchmarks"))
             from mtp_decode import measure

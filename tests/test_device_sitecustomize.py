@@ -91,3 +91,99 @@ def test_without_the_variable_nothing_is_patched(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "VocabParallelEmbedding.forward"
+
+
+SPECULATOR = """
+class DraftModelSpeculator:
+    def __init__(self, vllm_config, tokens):
+        self.vllm_config, self.tokens = vllm_config, tokens
+
+    def sample_draft(self, hidden_states):
+        return self.tokens
+"""
+
+AUTOREGRESSIVE = """
+def prepare_prefill_inputs(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
+                           num_rejected, last_sampled):
+    last_token_indices[:] = last_sampled
+
+
+def propose(*args):
+    return prepare_prefill_inputs(*args)  # looked up in the module at call time, as vLLM's speculator does
+"""
+
+PP_UTILS = """
+class PPHandler:
+    def __init__(self):
+        self.main_stream, self.broadcast_stream = "main", "side"
+"""
+
+ASYNC_PROGRAM = """
+import types
+import numpy as np
+import sitecustomize
+import vllm.model_executor.layers.vocab_parallel_embedding as m
+import vllm.v1.worker.gpu.spec_decode.speculator as spec
+import vllm.v1.worker.gpu.spec_decode.autoregressive.speculator as ar
+import vllm.v1.worker.gpu.pp_utils as pp
+e = m.VocabParallelEmbedding(np.arange(8))
+print("embedded", e.forward(np.array([3, 9, -1])).tolist(), e.forward(np.array([2])).tolist())
+config = types.SimpleNamespace(model_config=types.SimpleNamespace(get_vocab_size=lambda: 8))
+print("drafts", spec.DraftModelSpeculator(config, np.array([5, 8])).sample_draft(None).tolist())
+idx = np.zeros(4, dtype=np.int64)
+batch = types.SimpleNamespace(num_reqs=3, num_tokens_after_padding=6)
+ar.propose(idx, None, None, batch, None, np.array([0, 2, 1]), np.array([5, 6, -2, 9]))
+print("indices", idx.tolist())
+print("stream", pp.PPHandler().broadcast_stream)
+for r in sitecustomize.flush_tally():
+    print("tally", r["check"], r["bad"], r["calls"], r["min"], r["max"], r["range"])
+"""
+
+
+def test_async_checks_count_without_raising_clamp_and_report_once(tmp_path):
+    fake = tmp_path / "fake"
+    _package(
+        fake,
+        {
+            "vllm/model_executor/layers/vocab_parallel_embedding.py": EMBEDDING,
+            "vllm/v1/worker/gpu/spec_decode/speculator.py": SPECULATOR,
+            "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py": AUTOREGRESSIVE,
+            "vllm/v1/worker/gpu/pp_utils.py": PP_UTILS,
+        },
+    )
+    records = tmp_path / "rec"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake), str(HOOK_DIR)]),
+        "VC_CHECK_TOKEN_IDS": "async",
+        "VC_PP_SAME_STREAM": "1",
+        "VC_RECORD_DIR": str(records),
+    }
+    env.pop("VC_FAKE_CAPABILITY", None)
+    proc = subprocess.run([sys.executable, "-c", ASYNC_PROGRAM], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    # bad ids are clamped into the embedding's rows, not raised
+    assert "embedded [3, 7, 0] [2]" in out
+    # draft tokens are counted, returned unchanged
+    assert "drafts [5, 8]" in out
+    # the first num_reqs indices are clamped to the batch's tokens; the padding row is left alone
+    assert "indices [5, 5, 0, 9]" in out
+    assert "stream main" in out
+    tallies = sorted(x.split(" ", 1)[1] for x in out if x.startswith("tally "))
+    assert tallies == [
+        "draft-tokens 1 1 5 8 [0, 8]",
+        "embedding 2 2 -1 9 [0, 8]",
+        "last-token-indices 2 1 -2 6 [0, 6]",
+        "num-rejected 0 1 0 2 [0, 7]",
+    ]
+    lines = [json.loads(x) for f in records.glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert sorted(r["check"] for r in lines if r["kind"] == "tally") == [
+        "draft-tokens",
+        "embedding",
+        "last-token-indices",
+        "num-rejected",
+    ]
+    assert [r.get("change") for r in lines if r.get("what") == "vllm.v1.worker.gpu.pp_utils"] == [
+        "broadcast on the main stream"
+    ]

@@ -18,8 +18,15 @@ VC_CHECK_TOKEN_IDS=1     diagnostics for an out-of-range token id (docs/validati
                          draft's `compute_logits` counts rows that are not finite; each check synchronizes with the
                          GPU (lighter than CUDA_LAUNCH_BLOCKING, which hid the failure). A bad id is recorded
                          ({"kind": "bad-token-ids", ...} with the vLLM call stack) and raised as a RuntimeError; a
-                         non-finite draft logit row is recorded ({"kind": "nonfinite-draft-logits", ...}). Prepared
-                         after session 2, not yet run.
+                         non-finite draft logit row is recorded ({"kind": "nonfinite-draft-logits", ...}).
+VC_CHECK_TOKEN_IDS=async the same checks without a synchronization (a race hidden by CUDA_LAUNCH_BLOCKING may hide
+                         from a synchronizing check too): per call site, counts of bad ids, the smallest and largest id
+                         are accumulated on the GPU; bad ids are clamped into range so the run goes on; draft tokens
+                         (`sample_draft`) and the speculator's `last_token_indices` and `num_rejected`
+                         (`prepare_prefill_inputs`) are checked too. `flush_tally()` reads it all once and records
+                         {"kind": "tally", ...} (device/validate.py calls it in every worker after generating).
+VC_PP_SAME_STREAM=1      the V2 runner's PP sampled-token broadcasts (`pp_utils.PPHandler`) run on the main stream
+                         instead of their side stream: if a failure goes away, it is a race with that stream.
 """
 
 import importlib.abc
@@ -29,7 +36,9 @@ import os
 import sys
 
 _FAKE = os.environ.get("VC_FAKE_CAPABILITY")
-_CHECK_IDS = os.environ.get("VC_CHECK_TOKEN_IDS") == "1"
+_CHECK_IDS = os.environ.get("VC_CHECK_TOKEN_IDS") in ("1", "async")
+_ASYNC = os.environ.get("VC_CHECK_TOKEN_IDS") == "async"
+_SAME_STREAM = os.environ.get("VC_PP_SAME_STREAM") == "1"
 _RECORD_DIR = os.environ.get("VC_RECORD_DIR")
 _seen_callers = set()
 
@@ -98,6 +107,8 @@ def _patch_embedding(module):
 
     def forward(self, input_):
         rows = self.weight.shape[0]
+        if _ASYNC:
+            return original(self, _TALLY.check("embedding", input_, 0, rows, clamp=True))
         bad = (input_ < 0) | (input_ >= rows)
         if bool(bad.any()):
             ids = input_[bad][:16].tolist()
@@ -124,7 +135,11 @@ def _patch_mtp_logits(module):
 
     def compute_logits(self, *args, **kwargs):
         logits = original(self, *args, **kwargs)
-        if logits is not None:
+        if logits is not None and _ASYNC:
+            import torch
+
+            _TALLY.check("nonfinite-draft-logit-rows", (~torch.isfinite(logits)).any(dim=-1).int(), 0, 1)
+        elif logits is not None:
             import torch
 
             rows = (~torch.isfinite(logits)).any(dim=-1)
@@ -144,6 +159,102 @@ def _patch_mtp_logits(module):
     _record({"kind": "patched", "what": module.__name__, "pid": os.getpid()})
 
 
+class _Tally:
+    """Range checks that never synchronize: per check name and call site, [bad values, calls] and the smallest and
+    largest value seen stay on the device (tensors or, in tests, numpy arrays) until `flush` reads them once."""
+
+    def __init__(self):
+        self.sites = {}  # (name, stack) -> [bad, calls, lo, hi, lo_bound, hi_bound]
+
+    def check(self, name, values, lo_bound, hi_bound, clamp=False):
+        """Count the values outside [lo_bound, hi_bound); return them (clamped into range when `clamp`)."""
+        if values.shape[0] == 0:
+            return values
+        bad = ((values < lo_bound) | (values >= hi_bound)).sum()
+        lo, hi = values.min(), values.max()
+        key = (name, tuple(_vllm_stack(6)))
+        acc = self.sites.get(key)
+        if acc is None:
+            self.sites[key] = [bad, 1, lo, hi, lo_bound, hi_bound]
+        else:
+            acc[0] = acc[0] + bad
+            acc[1] += 1
+            acc[2] = acc[2].clip(max=lo)
+            acc[3] = acc[3].clip(min=hi)
+        return values.clip(lo_bound, hi_bound - 1) if clamp else values
+
+    def flush(self):
+        """Read every site once (one synchronization) and record it; return the records."""
+        out = []
+        for (name, stack), (bad, calls, lo, hi, lo_bound, hi_bound) in self.sites.items():
+            out.append(
+                {
+                    "kind": "tally",
+                    "check": name,
+                    "bad": int(bad),
+                    "calls": calls,
+                    "min": int(lo),
+                    "max": int(hi),
+                    "range": [lo_bound, hi_bound],
+                    "stack": list(stack),
+                    "pid": os.getpid(),
+                }
+            )
+        for r in out:
+            _record(r)
+        return out
+
+
+_TALLY = _Tally()
+
+
+def flush_tally():
+    return _TALLY.flush()
+
+
+def _patch_speculator(module):
+    """Check the speculator's draft tokens and the indices it gathers with (VC_CHECK_TOKEN_IDS=async)."""
+    cls = module.DraftModelSpeculator
+    original_sample = cls.sample_draft
+
+    def sample_draft(self, hidden_states, *args, **kwargs):
+        tokens = original_sample(self, hidden_states, *args, **kwargs)
+        vocab = self.vllm_config.model_config.get_vocab_size()
+        return _TALLY.check("draft-tokens", tokens, 0, vocab)
+
+    cls.sample_draft = sample_draft
+    _record({"kind": "patched", "what": module.__name__, "pid": os.getpid()})
+
+
+def _patch_prefill_inputs(module):
+    original = module.prepare_prefill_inputs
+
+    def prepare_prefill_inputs(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
+                               num_rejected, *args, **kwargs):
+        out = original(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled, num_rejected,
+                       *args, **kwargs)
+        n = input_batch.num_reqs
+        idx = last_token_indices[:n]
+        idx[:] = _TALLY.check("last-token-indices", idx, 0, input_batch.num_tokens_after_padding, clamp=True)
+        _TALLY.check("num-rejected", num_rejected[:n], 0, input_batch.num_tokens_after_padding + 1)
+        return out
+
+    module.prepare_prefill_inputs = prepare_prefill_inputs
+    _record({"kind": "patched", "what": module.__name__, "pid": os.getpid()})
+
+
+def _patch_pp_stream(module):
+    cls = module.PPHandler
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.broadcast_stream = self.main_stream
+
+    cls.__init__ = __init__
+    _record({"kind": "patched", "what": module.__name__, "change": "broadcast on the main stream", "pid": os.getpid()})
+
+
 #: module name -> function patching it right after it executes
 _PATCHES = {}
 if _FAKE:
@@ -151,6 +262,11 @@ if _FAKE:
 if _CHECK_IDS:
     _PATCHES["vllm.model_executor.layers.vocab_parallel_embedding"] = _patch_embedding
     _PATCHES["vllm.model_executor.models.deepseek_mtp"] = _patch_mtp_logits
+if _ASYNC:
+    _PATCHES["vllm.v1.worker.gpu.spec_decode.speculator"] = _patch_speculator
+    _PATCHES["vllm.v1.worker.gpu.spec_decode.autoregressive.speculator"] = _patch_prefill_inputs
+if _SAME_STREAM:
+    _PATCHES["vllm.v1.worker.gpu.pp_utils"] = _patch_pp_stream
 
 
 class _PatchAfterExec(importlib.abc.MetaPathFinder):
