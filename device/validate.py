@@ -71,6 +71,12 @@ def main() -> int:
     ap.add_argument("--gpu-mem", type=float, default=0.25)
     ap.add_argument("--bench-tokens", type=int, default=0, help="also time single-stream decode of N tokens")
     ap.add_argument("--sync-scheduling", action="store_true", help="async_scheduling=False (default: vLLM's choice)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="generate the prompts N times in one engine (each repeat must give the same tokens)"
+    )
+    ap.add_argument(
+        "--stagger", type=int, default=0, help="request i asks for max_tokens - i * STAGGER tokens (finishes spread out)"
+    )
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -128,16 +134,25 @@ def main() -> int:
         llm = LLM(**kwargs)
         result["init_s"] = time.perf_counter() - t0
         ps = [TokensPrompt(prompt_token_ids=p) for p in prompts(spec, args.prompts)]
-        sp = SamplingParams(
-            temperature=0.0,
-            max_tokens=args.max_tokens,
-            ignore_eos=True,
-            detokenize=False,
-            logprobs=args.logprobs or None,
-        )
+        sp = [
+            SamplingParams(
+                temperature=0.0,
+                max_tokens=args.max_tokens - i * args.stagger,
+                ignore_eos=True,
+                detokenize=False,
+                logprobs=args.logprobs or None,
+            )
+            for i in range(len(ps))
+        ]
         t0 = time.perf_counter()
         outs = llm.generate(ps, sp, use_tqdm=False)
         result["generate_s"] = time.perf_counter() - t0
+        if args.repeat > 1:
+            first = [list(o.outputs[0].token_ids) for o in outs]
+            result["repeats_equal"] = []
+            for _ in range(args.repeat - 1):
+                again = llm.generate(ps, sp, use_tqdm=False)
+                result["repeats_equal"].append([list(o.outputs[0].token_ids) for o in again] == first)
         result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
         result["token_ids"] = [list(o.outputs[0].token_ids) for o in outs]
         if args.logprobs:
