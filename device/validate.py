@@ -149,10 +149,14 @@ def main() -> int:
         result["generate_s"] = time.perf_counter() - t0
         if args.repeat > 1:
             first = [list(o.outputs[0].token_ids) for o in outs]
-            result["repeats_equal"] = []
+            result["repeats_equal"], result["repeats_first_difference"] = [], []
             for _ in range(args.repeat - 1):
-                again = llm.generate(ps, sp, use_tqdm=False)
-                result["repeats_equal"].append([list(o.outputs[0].token_ids) for o in again] == first)
+                again = [list(o.outputs[0].token_ids) for o in llm.generate(ps, sp, use_tqdm=False)]
+                result["repeats_equal"].append(again == first)
+                # per prompt: the first position where this repeat differs from the first generation, or None
+                result["repeats_first_difference"].append(
+                    [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None) for a, b in zip(first, again)]
+                )
         result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
         result["token_ids"] = [list(o.outputs[0].token_ids) for o in outs]
         if args.logprobs:
