@@ -60,10 +60,10 @@ for phase in "$@"; do
     w2) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp2_mtp2_sync_sched composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
     w3) run composed_pp2_mtp2_sync_sched composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
     w4) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp1_mtp2 composed 0 8.0 --pp 1 --mtp 2 ;;
-    # w2 again: launches synchronous (names the kernel), and with the range checks of d6
+    # w2 again: launches synchronous (names the kernel), and with the synchronizing id checks of d5
     w2b) VC_MODEL=tiny_cycle_wrong CUDA_LAUNCH_BLOCKING=1 run cyclewrong_pp2_mtp2_sync_sched_blocking composed 0,1 8.0 \
            --pp 2 --mtp 2 --sync-scheduling ;;
-    w2t) VC_MODEL=tiny_cycle_wrong VC_CHECK_TOKEN_IDS=async VLLM_ALLOW_INSECURE_SERIALIZATION=1 \
+    w2t) VC_MODEL=tiny_cycle_wrong VC_CHECK_TOKEN_IDS=1 \
            run cyclewrong_pp2_mtp2_sync_sched_tally composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
     w5) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp1_mtp2_sync_sched composed 0 8.0 --pp 1 --mtp 2 --sync-scheduling ;;
     # open finding 2 (docs/validation.md): where the out-of-range index comes from (device/sitecustomize):
