@@ -65,6 +65,7 @@ for phase in "$@"; do
            --pp 2 --mtp 2 --sync-scheduling ;;
     w2t) VC_MODEL=tiny_cycle_wrong VC_CHECK_TOKEN_IDS=1 \
            run cyclewrong_pp2_mtp2_sync_sched_tally composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
+    c5s) VC_MODEL=tiny_cycle run cycle_pp2_mtp2_sync_sched composed 0,1 8.0 --pp 2 --mtp 2 --sync-scheduling ;;
     w5) VC_MODEL=tiny_cycle_wrong run cyclewrong_pp1_mtp2_sync_sched composed 0 8.0 --pp 1 --mtp 2 --sync-scheduling ;;
     # open finding 2 (docs/validation.md): where the out-of-range index comes from (device/sitecustomize):
     # d5 checks ids at every embedding and synchronizes; d6 counts bad ids, draft tokens and gather indices on the
