@@ -50,6 +50,14 @@ def spec_metrics(llm) -> dict:
     return out
 
 
+def _first_difference(a: list, b: list) -> int | None:
+    """The first position where the two token lists differ (a length counts), or None."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def _flush_tally(_worker=None) -> list:
     """Runs in each worker (collective_rpc passes the worker; sending a function needs
     VLLM_ALLOW_INSECURE_SERIALIZATION=1): the VC_CHECK_TOKEN_IDS=async counts of device/sitecustomize."""
@@ -72,10 +80,16 @@ def main() -> int:
     ap.add_argument("--bench-tokens", type=int, default=0, help="also time single-stream decode of N tokens")
     ap.add_argument("--sync-scheduling", action="store_true", help="async_scheduling=False (default: vLLM's choice)")
     ap.add_argument(
-        "--repeat", type=int, default=1, help="generate the prompts N times in one engine (each repeat must give the same tokens)"
+        "--repeat",
+        type=int,
+        default=1,
+        help="generate the prompts N times in one engine (each repeat must give the same tokens)",
     )
     ap.add_argument(
-        "--stagger", type=int, default=0, help="request i asks for max_tokens - i * STAGGER tokens (finishes spread out)"
+        "--stagger",
+        type=int,
+        default=0,
+        help="request i asks for max_tokens - i * STAGGER tokens (finishes spread out)",
     )
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
@@ -155,7 +169,7 @@ def main() -> int:
                 result["repeats_equal"].append(again == first)
                 # per prompt: the first position where this repeat differs from the first generation, or None
                 result["repeats_first_difference"].append(
-                    [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None) for a, b in zip(first, again)]
+                    [_first_difference(a, b) for a, b in zip(first, again, strict=True)]
                 )
         result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
         result["token_ids"] = [list(o.outputs[0].token_ids) for o in outs]

@@ -229,10 +229,19 @@ def _patch_speculator(module):
 def _patch_prefill_inputs(module):
     original = module.prepare_prefill_inputs
 
-    def prepare_prefill_inputs(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled,
-                               num_rejected, *args, **kwargs):
-        out = original(last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled, num_rejected,
-                       *args, **kwargs)
+    def prepare_prefill_inputs(
+        last_token_indices, current_draft_step, input_buffers, input_batch, num_sampled, num_rejected, *args, **kwargs
+    ):
+        out = original(
+            last_token_indices,
+            current_draft_step,
+            input_buffers,
+            input_batch,
+            num_sampled,
+            num_rejected,
+            *args,
+            **kwargs,
+        )
         n = input_batch.num_reqs
         idx = last_token_indices[:n]
         idx[:] = _TALLY.check("last-token-indices", idx, 0, input_batch.num_tokens_after_padding, clamp=True)
