@@ -1,0 +1,333 @@
+"""Skew fixes 0023 and 0024 on the real 0.26.0 files: PP + synchronous scheduling + spec decode.
+
+The bug was found on the GPU (docs/validation.md, finding 3): PP2 + MTP2 with `async_scheduling=False` crashed the
+last rank within a second. Its cause lies in the engine's batch queue and the scheduler's token accounting, which
+run on a CPU. Here the release's `EngineCore.step_with_batch_queue` and `post_step` (vllm/v1/engine/core.py of the
+0.26.0 sdist) and the same methods after 0023 are executed against a stand-in scheduler and executor:
+
+- the stand-in scheduler follows vllm/v1/core/sched/scheduler.py of 0.26.0: a running request is offered
+  `num_tokens + len(spec_token_ids) - num_computed_tokens` tokens (line 503), its drafts are cleared once scheduled
+  (line 638), rejected drafts are taken off `num_computed_tokens` when the output arrives (line 1697); whether a
+  request is skipped is decided by the release's own test of the running loop (`if num_new_tokens == 0:`, line 543),
+  taken from the stock or the 0024-patched file;
+- the stand-in executor is the last PP rank of the V2 runner: it proposes k placeholder drafts for every request of
+  each sampled batch (DraftTokensHandler.get_draft_tokens) and records every batch it is given that the V2 runner
+  cannot run: a decode whose scheduled tokens are not one known token plus its drafts.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import types
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pygit2
+import pytest
+from conftest import GIT_ENV, REAL_CACHE_ROOT
+
+from vllm_compose import gitstore, sources
+from vllm_compose.apply import apply_patches
+from vllm_compose.errors import SourceError
+from vllm_compose.patchfile import parse_patch
+
+pytestmark = [pytest.mark.sdist, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+ENGINE_PATCH = REPO / "series" / "patches" / "0023-engine-drafts-after-batch-output.patch"
+SCHEDULER_PATCH = REPO / "series" / "patches" / "0024-scheduler-skip-in-flight-spec-requests.patch"
+CORE = "vllm/v1/engine/core.py"
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+ENGINE_METHODS = ("post_step", "step_with_batch_queue", "_take_batch_draft_token_ids")
+
+
+@dataclass
+class DraftTokenIds:
+    req_ids: list[str]
+    draft_token_ids: list[list[int]]
+
+
+@dataclass
+class Output:
+    """ModelRunnerOutput: the sampled tokens of each request of a batch."""
+
+    req_ids: list[str]
+    sampled_token_ids: list[list[int]]
+
+
+@dataclass
+class SchedulerOutput:
+    num_scheduled_tokens: dict[str, int]
+    scheduled_spec_decode_tokens: dict[str, list[int]]
+    pending_structured_output_tokens: bool = False
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+
+@dataclass
+class Request:
+    prompt_len: int
+    max_tokens: int
+    num_computed_tokens: int = 0
+    output: list[int] = field(default_factory=list)
+    spec_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + len(self.output)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.output) >= self.max_tokens
+
+
+class StandInScheduler:
+    """vLLM 0.26.0's token accounting for running requests (module docstring); `skip` is the release's test."""
+
+    def __init__(self, requests: dict[str, Request], skip):
+        self.requests = requests
+        self.skip = skip
+
+    def has_requests(self) -> bool:
+        return any(not r.finished for r in self.requests.values())
+
+    def schedule(self, _throttle: bool = False) -> SchedulerOutput:
+        scheduled, spec = {}, {}
+        for rid, r in self.requests.items():
+            if r.finished:
+                continue
+            num_new_tokens = r.num_tokens + len(r.spec_token_ids) - r.num_computed_tokens
+            if self.skip(num_new_tokens):
+                continue
+            scheduled[rid] = num_new_tokens
+            if r.spec_token_ids:
+                n = num_new_tokens + r.num_computed_tokens - r.num_tokens
+                if n > 0:
+                    spec[rid] = r.spec_token_ids[:n]
+                r.spec_token_ids = []
+            r.num_computed_tokens += num_new_tokens
+        return SchedulerOutput(scheduled, spec)
+
+    def update_from_output(self, out: SchedulerOutput, model_output: Output) -> dict:
+        for rid, tokens in zip(model_output.req_ids, model_output.sampled_token_ids, strict=True):
+            r = self.requests[rid]
+            drafts = out.scheduled_spec_decode_tokens.get(rid)
+            if drafts and tokens:
+                r.num_computed_tokens -= len(drafts) - (len(tokens) - 1)
+            r.output.extend(tokens[: r.max_tokens - len(r.output)])
+        return {}
+
+    def update_draft_token_ids(self, drafts: DraftTokenIds) -> None:
+        for rid, ids in zip(drafts.req_ids, drafts.draft_token_ids, strict=True):
+            if not self.requests[rid].finished:
+                self.requests[rid].spec_token_ids = list(ids)
+
+    def get_grammar_bitmask(self, _out):
+        return None
+
+
+class LastRank:
+    """The V2 runner's last PP rank: samples each batch, proposes k drafts, records batches it cannot run."""
+
+    def __init__(self, requests: dict[str, Request], k: int, accept: int):
+        self.requests, self.k, self.accept = requests, k, accept
+        self.known = {rid: r.prompt_len for rid, r in requests.items()}  # tokens the rank has (prompt + sampled)
+        self.executed: SchedulerOutput | None = None
+        self.drafts: DraftTokenIds | None = None
+        self.unrunnable: list[tuple[str, int, int]] = []  # (request, scheduled tokens, scheduled drafts)
+        self.steps: dict[str, list[tuple[int, int]]] = {rid: [] for rid in requests}  # (tokens, drafts) per step
+
+    def execute_model(self, out: SchedulerOutput, non_block: bool = True) -> Future:
+        self.executed = out
+        for rid, n in out.num_scheduled_tokens.items():
+            drafts = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+            prefill = self.requests[rid].num_computed_tokens - n < self.requests[rid].prompt_len
+            self.steps[rid].append((n, drafts))
+            if not prefill and n != 1 + drafts:
+                self.unrunnable.append((rid, n, drafts))
+        if out.num_scheduled_tokens and out.total_num_scheduled_tokens <= 0:
+            # the V2 runner's prepare_inputs: `assert num_tokens > 0`
+            failed: Future = Future()
+            failed.set_exception(AssertionError("num_tokens > 0"))
+            return failed
+        # an empty batch returns its (empty) output from execute_model; a batch that samples returns None
+        return _done(Output([], []) if out.total_num_scheduled_tokens == 0 else None)
+
+    def sample_tokens(self, _grammar, non_block: bool = True) -> Future:
+        out, sampled = self.executed, []
+        assert out is not None
+        for rid in out.num_scheduled_tokens:
+            drafts = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+            n = 1 + min(self.accept, drafts)
+            sampled.append([7] * n)
+            self.known[rid] += n
+        self.drafts = DraftTokenIds(list(out.num_scheduled_tokens), [[-1] * self.k for _ in out.num_scheduled_tokens])
+        return _done(Output(list(out.num_scheduled_tokens), sampled))
+
+    def take_draft_token_ids(self) -> DraftTokenIds | None:
+        return self.drafts
+
+
+def _done(value) -> Future:
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
+class StandInEngine:
+    """What the engine methods read from `self`, for a PP2 engine with spec decode and sync scheduling."""
+
+    def __init__(self, scheduler, executor, pp_size: int = 2):
+        self.scheduler, self.model_executor = scheduler, executor
+        self.batch_queue_size = pp_size
+        self.batch_queue: deque = deque(maxlen=pp_size)
+        self.batch_draft_token_ids: deque = deque()  # 0023's attribute (the stock methods never read it)
+        self.check_for_draft_tokens = True
+        self.async_scheduling = False
+        self.is_ec_consumer = True
+        self.is_pooling_model = False
+
+    def _should_throttle_prefills(self) -> bool:
+        return False
+
+    def log_error_detail(self, _out):
+        return contextlib.nullcontext()
+
+    def capture_iteration_details(self, _out):
+        return contextlib.nullcontext({})
+
+    def _attach_iteration_details(self, _outputs, _details) -> None:
+        pass
+
+    def _process_aborts_queue(self) -> None:
+        pass
+
+
+def _methods(source: str, names=ENGINE_METHODS) -> dict[str, Any]:
+    """EngineCore methods from a core.py text, executed alone (the release's own code)."""
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "EngineCore")
+    fns = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    namespace = {
+        "deque": deque,
+        "cast": cast,
+        "Future": Future,
+        "Any": Any,
+        "ModelRunnerOutput": Output,
+        "EngineCoreOutputs": dict,
+        "DraftTokenIds": DraftTokenIds,
+    }
+    exec(compile(ast.Module(fns, []), CORE, "exec"), namespace)  # noqa: S102 - the release's own code
+    return {f.name: namespace[f.name] for f in fns}
+
+
+def _bind(engine: StandInEngine, core: str) -> None:
+    for name, fn in _methods(core).items():
+        setattr(engine, name, types.MethodType(fn, engine))
+
+
+def _skip_test(source: str):
+    """The running loop's `if num_new_tokens ...:` test of Scheduler.schedule, as a function of num_new_tokens."""
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Scheduler")
+    schedule = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "schedule")
+    test = next(
+        n.test
+        for n in ast.walk(schedule)
+        if isinstance(n, ast.If)
+        and isinstance(n.test, ast.Compare)
+        and isinstance(n.test.left, ast.Name)
+        and n.test.left.id == "num_new_tokens"
+    )
+    fn = ast.Expression(ast.Lambda(ast.arguments([], [ast.arg("num_new_tokens")], None, [], [], None, []), test))
+    return eval(compile(ast.fix_missing_locations(fn), SCHEDULER, "eval"))  # noqa: S307 - the release's own code
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    cache = sources.Cache(REAL_CACHE_ROOT)  # the user's (or CI's) cache: the sdist is downloaded once
+    name = "vllm-0.26.0.tar.gz"
+    known = cache.lookup_name(name)
+    if not (known and cache.has(known[0])):
+        try:
+            sources.find_sdist(sources.version_of_tag("v0.26.0"), sources.pip_index_url())
+        except SourceError as exc:
+            pytest.skip(f"{name} is not cached in {cache.root} and PyPI is unreachable ({exc.message})")
+    root = tmp_path_factory.mktemp("sync")
+    with pytest.MonkeyPatch.context() as mp:  # module scope: the per-test git environment is not set yet
+        for key, value in GIT_ENV.items():
+            mp.setenv(key, value)
+        repo = gitstore.open_or_init_repo(root / "vllm")
+        commit = sources.ensure_release(repo, "v0.26.0", cache)
+    stock = {p: repo[commit.tree[p].id].peel(pygit2.Blob).data.decode() for p in (CORE, SCHEDULER)}
+    target = root / "tree"
+    for path, text in stock.items():
+        (target / Path(path).parent).mkdir(parents=True, exist_ok=True)
+        (target / path).write_text(text)
+    patches = [parse_patch(p.read_bytes(), name=p.name) for p in (ENGINE_PATCH, SCHEDULER_PATCH)]
+    result = apply_patches(target, patches)
+    assert result.ok, [h.to_json() for h in result.hunks]
+    patched = {p: (target / p).read_text() for p in (CORE, SCHEDULER)}
+    return stock, patched
+
+
+def _run(core: str, scheduler: str, *, k: int = 2, accept: int = 0, max_tokens: int = 6, max_steps: int = 200):
+    """Serve 3 requests to the end (or `max_steps` engine steps, or the first error the engine raises); return the
+    requests, the last rank and that error."""
+    requests = {f"r{i}": Request(prompt_len=10 + i, max_tokens=max_tokens) for i in range(3)}
+    executor = LastRank(requests, k, accept)
+    engine = StandInEngine(StandInScheduler(requests, _skip_test(scheduler)), executor)
+    _bind(engine, core)
+    for _ in range(max_steps):
+        if not (engine.scheduler.has_requests() or engine.batch_queue):
+            break
+        try:
+            _outputs, model_executed = engine.step_with_batch_queue()  # as EngineCore._process_engine_step does
+        except AssertionError as exc:
+            return requests, executor, exc
+        engine.post_step(model_executed)
+    return requests, executor, None
+
+
+def test_stock_engine_schedules_drafts_without_the_token_they_follow(releases):
+    stock, _patched = releases
+    _requests, rank, _error = _run(stock[CORE], stock[SCHEDULER])
+    # the batch after the prefill: each request's 2 drafts alone (the GPU run's illegal memory access)
+    assert rank.unrunnable[:3] == [("r0", 2, 2), ("r1", 2, 2), ("r2", 2, 2)]
+
+
+def test_engine_fix_alone_meets_the_schedulers_negative_counts(releases):
+    stock, patched = releases
+    _requests, rank, error = _run(patched[CORE], stock[SCHEDULER])
+    # in-flight requests scheduled with -2 tokens (the GPU run's "assert num_tokens > 0" on both ranks)
+    assert rank.unrunnable == [("r0", -2, 0), ("r1", -2, 0), ("r2", -2, 0)]
+    assert str(error) == "num_tokens > 0"
+
+
+@pytest.mark.parametrize("accept", [0, 1, 2], ids=["all-rejected", "one-accepted", "all-accepted"])
+def test_both_fixes_run_every_decode_as_one_token_and_its_drafts(releases, accept):
+    _stock, patched = releases
+    requests, rank, error = _run(patched[CORE], patched[SCHEDULER], accept=accept, max_tokens=12)
+    assert error is None and rank.unrunnable == []
+    assert all(len(r.output) == 12 and r.finished for r in requests.values())
+    # speculation is kept: after the prefill every step is the known token and both drafts; each step yields
+    # 1 + accept tokens, so the 11 tokens after the prefill's take ceil(11 / (1 + accept)) steps
+    decodes = -(-11 // (1 + accept))
+    for rid, r in requests.items():
+        assert rank.steps[rid] == [(r.prompt_len, 0)] + [(3, 2)] * decodes
+
+
+def test_without_a_batch_queue_post_step_still_hands_over_the_drafts(releases):
+    _stock, patched = releases
+    requests = {"r0": Request(prompt_len=10, max_tokens=4, num_computed_tokens=10, output=[5])}
+    rank = LastRank(requests, k=2, accept=0)
+    rank.drafts = DraftTokenIds(["r0"], [[-1, -1]])
+    engine = StandInEngine(StandInScheduler(requests, _skip_test(patched[SCHEDULER])), rank)
+    engine.batch_queue = None  # pipeline parallelism off: EngineCore.step, then post_step
+    _bind(engine, patched[CORE])
+    engine.post_step(True)
+    assert requests["r0"].spec_token_ids == [-1, -1]
