@@ -114,6 +114,8 @@ def main() -> int:
         "index_topk": spec.index_topk,
         "model_weights": spec.weights,
         "sync_scheduling": args.sync_scheduling,
+        "repeat": args.repeat,
+        "stagger": args.stagger,
     }
     out = Path(args.out)
     try:

@@ -139,3 +139,28 @@ def test_judge_flags_a_token_off_the_cycle_and_counters_off_the_prediction():
     assert not v["broken"]["as_predicted"] and not v["broken"]["identical_to_baseline"]
     assert v["broken"]["first_difference_from_prediction"] == {"prompt": 1, "position": 5, "expected": 3, "got": 9}
     assert "failed" not in v
+
+
+def test_judge_scales_the_prediction_by_the_repeats_of_one_engine():
+    c = cycle("eewee")
+    prompts = [[3], [6, 7]]
+    good = [expected_tokens(c, p, 8) for p in prompts]
+    once = SpecCounters(num_accepted_tokens_per_pos=[0, 0])
+    for p in prompts:
+        once.add(predicted_spec_counters(c, p, 8, 2))
+    four = SpecCounters(num_accepted_tokens_per_pos=[0, 0])
+    for _ in range(4):
+        four.add(once)
+    as_metrics = lambda s: {f"vllm:spec_decode_{k}": v for k, v in s.as_dict().items()}  # noqa: E731
+    runs = {
+        "pp1": _run(good),
+        "x4": {**_run(good, 2, as_metrics(four)), "repeat": 4, "repeats_equal": [True, True, True]},
+        "x4_counted_once": {**_run(good, 2, as_metrics(once)), "repeat": 4, "repeats_equal": [True, True, True]},
+        "x4_differs": {**_run(good, 2, as_metrics(four)), "repeat": 4, "repeats_equal": [True, False, True]},
+    }
+    v = judge(runs, c, prompts, "pp1")
+    assert v["x4"]["spec_as_predicted"] and v["x4"]["repeats_identical"]
+    assert v["x4"]["spec_predicted"]["num_drafts"] == 4 * once.num_drafts
+    assert not v["x4_counted_once"]["spec_as_predicted"]
+    assert not v["x4_differs"]["repeats_identical"]
+    assert "repeats_identical" not in v["pp1"]

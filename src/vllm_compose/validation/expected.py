@@ -196,12 +196,16 @@ def judge(
             v["bench_tokens_as_predicted"] = bench["token_ids"] == expected_tokens(
                 cycle, prompts[0], len(bench["token_ids"])
             )
+        repeat = int(run.get("repeat") or 1)  # the prompts generated `repeat` times in one engine
+        if repeat > 1:
+            v["repeats_identical"] = all(run.get("repeats_equal") or [False])
         measured = measured_spec_counters(run.get("spec_metrics") or {})
         k = int(run.get("mtp") or 0)
         if k:
             predicted = SpecCounters(num_accepted_tokens_per_pos=[0] * k)
-            for p, t in zip(prompts, got, strict=False):
-                predicted.add(predicted_spec_counters(cycle, p, len(t), k))
+            for _ in range(repeat):
+                for p, t in zip(prompts, got, strict=False):
+                    predicted.add(predicted_spec_counters(cycle, p, len(t), k))
             v["spec_predicted"] = predicted.as_dict()
             v["spec_measured"] = measured.as_dict() if measured else None
             v["spec_as_predicted"] = measured is not None and measured.as_dict() == predicted.as_dict()
