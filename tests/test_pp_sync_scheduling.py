@@ -7,7 +7,7 @@ run on a CPU. Here the release's `EngineCore.step_with_batch_queue` and `post_st
 
 - the stand-in scheduler follows vllm/v1/core/sched/scheduler.py of 0.26.0: a running request is offered
   `num_tokens + len(spec_token_ids) - num_computed_tokens` tokens (line 503), its drafts are cleared once scheduled
-  (line 638), rejected drafts are taken off `num_computed_tokens` when the output arrives (line 1697); whether a
+  (line 638), rejected drafts are taken off `num_computed_tokens` when the output arrives (line 1695); whether a
   request is skipped is decided by the release's own test of the running loop (`if num_new_tokens == 0:`, line 543),
   taken from the stock or the 0024-patched file;
 - the stand-in executor is the last PP rank of the V2 runner: it proposes k placeholder drafts for every request of
