@@ -134,6 +134,9 @@ idx = np.zeros(4, dtype=np.int64)
 batch = types.SimpleNamespace(num_reqs=3, num_tokens_after_padding=6)
 ar.propose(idx, None, None, batch, None, np.array([0, 2, 1]), np.array([5, 6, -2, 9]))
 print("indices", idx.tolist())
+batch = types.SimpleNamespace(num_reqs=2, num_tokens_after_padding=9)
+ar.propose(idx, None, None, batch, None, np.array([0, 2]), np.array([8, 7, -2, 9]))
+print("indices", idx.tolist())
 print("stream", pp.PPHandler().broadcast_stream)
 for r in sitecustomize.flush_tally():
     print("tally", r["check"], r["bad"], r["calls"], r["min"], r["max"], r["range"])
@@ -169,13 +172,14 @@ def test_async_checks_count_without_raising_clamp_and_report_once(tmp_path):
     assert "drafts [5, 8]" in out
     # the first num_reqs indices are clamped to the batch's tokens; the padding row is left alone
     assert "indices [5, 5, 0, 9]" in out
+    assert "indices [8, 7, -2, 9]" in out  # a wider batch of 2: 8 and 7 in range there, row 3 is not checked
     assert "stream main" in out
     tallies = sorted(x.split(" ", 1)[1] for x in out if x.startswith("tally "))
     assert tallies == [
         "draft-tokens 1 1 5 8 [0, 8]",
         "embedding 2 2 -1 9 [0, 8]",
-        "last-token-indices 2 1 -2 6 [0, 6]",
-        "num-rejected 0 1 0 2 [0, 7]",
+        "last-token-indices 2 2 -2 8 [0, [6, 9]]",
+        "num-rejected 0 2 0 2 [0, [7, 10]]",
     ]
     lines = [json.loads(x) for f in records.glob("*.jsonl") for x in f.read_text().splitlines()]
     assert sorted(r["check"] for r in lines if r["kind"] == "tally") == [

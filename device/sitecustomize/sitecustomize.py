@@ -160,11 +160,12 @@ def _patch_mtp_logits(module):
 
 
 class _Tally:
-    """Range checks that never synchronize: per check name and call site, [bad values, calls] and the smallest and
-    largest value seen stay on the device (tensors or, in tests, numpy arrays) until `flush` reads them once."""
+    """Range checks that never synchronize: per check name and call site, the count of bad values and the smallest
+    and largest value seen stay on the device (tensors or, in tests, numpy arrays) until `flush` reads them once.
+    The allowed range may change from call to call (a batch's token count): the narrowest and widest are kept."""
 
     def __init__(self):
-        self.sites = {}  # (name, stack) -> [bad, calls, lo, hi, lo_bound, hi_bound]
+        self.sites = {}  # (name, stack) -> [bad, calls, lo, hi, lo_bound, narrowest hi_bound, widest hi_bound]
 
     def check(self, name, values, lo_bound, hi_bound, clamp=False):
         """Count the values outside [lo_bound, hi_bound); return them (clamped into range when `clamp`)."""
@@ -175,18 +176,19 @@ class _Tally:
         key = (name, tuple(_vllm_stack(6)))
         acc = self.sites.get(key)
         if acc is None:
-            self.sites[key] = [bad, 1, lo, hi, lo_bound, hi_bound]
+            self.sites[key] = [bad, 1, lo, hi, lo_bound, hi_bound, hi_bound]
         else:
             acc[0] = acc[0] + bad
             acc[1] += 1
             acc[2] = acc[2].clip(max=lo)
             acc[3] = acc[3].clip(min=hi)
+            acc[5], acc[6] = min(acc[5], hi_bound), max(acc[6], hi_bound)
         return values.clip(lo_bound, hi_bound - 1) if clamp else values
 
     def flush(self):
         """Read every site once (one synchronization) and record it; return the records."""
         out = []
-        for (name, stack), (bad, calls, lo, hi, lo_bound, hi_bound) in self.sites.items():
+        for (name, stack), (bad, calls, lo, hi, lo_bound, hi_narrow, hi_wide) in self.sites.items():
             out.append(
                 {
                     "kind": "tally",
@@ -195,7 +197,7 @@ class _Tally:
                     "calls": calls,
                     "min": int(lo),
                     "max": int(hi),
-                    "range": [lo_bound, hi_bound],
+                    "range": [lo_bound, hi_narrow] if hi_narrow == hi_wide else [lo_bound, [hi_narrow, hi_wide]],
                     "stack": list(stack),
                     "pid": os.getpid(),
                 }
