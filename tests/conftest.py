@@ -109,6 +109,31 @@ def real_cache() -> sources.Cache:
     return sources.Cache(REAL_CACHE_ROOT)
 
 
+def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str]:
+    """The text of `paths` in vLLM release `tag`, imported from its PyPI sdist through the user's (or CI's) cache:
+    downloaded once, reused by later runs. Skips the calling test when the sdist is not cached and PyPI is
+    unreachable. For module-scoped fixtures (the per-test git environment is not set yet, so it is set here)."""
+    from vllm_compose import gitstore
+    from vllm_compose.errors import SourceError
+
+    cache = sources.Cache(REAL_CACHE_ROOT)
+    version = sources.version_of_tag(tag)
+    name = f"vllm-{version}.tar.gz"
+    known = cache.lookup_name(name)
+    if not (known and cache.has(known[0])):
+        try:
+            sources.find_sdist(version, sources.pip_index_url())
+        except SourceError as exc:
+            pytest.skip(f"{name} is not cached in {cache.root} and PyPI is unreachable ({exc.message})")
+    root = tmp_path_factory.mktemp("release")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in GIT_ENV.items():
+            mp.setenv(key, value)
+        repo = gitstore.open_or_init_repo(root / "vllm")
+        commit = sources.ensure_release(repo, tag, cache)
+    return {path: repo[commit.tree[path].id].peel(pygit2.Blob).data.decode() for path in paths}
+
+
 class _FakeResponse(io.BytesIO):
     def __init__(self, url: str, body: bytes, headers: dict[str, str], fail_after: int | None) -> None:
         super().__init__(body)

@@ -13,15 +13,12 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import pygit2
 import pytest
-from conftest import GIT_ENV, REAL_CACHE_ROOT
+from conftest import release_files
 
 np = pytest.importorskip("numpy", reason="the PP gate is numpy code (numpy is installed by .ci/run)")
 
-from vllm_compose import gitstore, sources  # noqa: E402
 from vllm_compose.apply import apply_patches  # noqa: E402
-from vllm_compose.errors import SourceError  # noqa: E402
 from vllm_compose.patchfile import parse_patch  # noqa: E402
 
 pytestmark = [pytest.mark.sdist, pytest.mark.slow]
@@ -53,23 +50,8 @@ def _gate(source: str):
 
 @pytest.fixture(scope="module")
 def stock_and_patched(tmp_path_factory):
-    cache = sources.Cache(REAL_CACHE_ROOT)  # the user's (or CI's) cache: the sdist is downloaded once
-    name = "vllm-0.26.0.tar.gz"
-    known = cache.lookup_name(name)
-    if not (known and cache.has(known[0])):
-        try:
-            sources.find_sdist(sources.version_of_tag("v0.26.0"), sources.pip_index_url())
-        except SourceError as exc:
-            pytest.skip(f"{name} is not cached in {cache.root} and PyPI is unreachable ({exc.message})")
-    root = tmp_path_factory.mktemp("pp")
-    with pytest.MonkeyPatch.context() as mp:  # module scope: the per-test git environment is not set yet
-        for key, value in GIT_ENV.items():
-            mp.setenv(key, value)
-        repo = gitstore.open_or_init_repo(root / "vllm")
-        commit = sources.ensure_release(repo, "v0.26.0", cache)
-    blob = commit.tree[PP_UTILS]
-    stock = repo[blob.id].peel(pygit2.Blob).data.decode()
-    target = root / "tree"
+    stock = release_files(tmp_path_factory, "v0.26.0", [PP_UTILS])[PP_UTILS]
+    target = tmp_path_factory.mktemp("pp")
     (target / Path(PP_UTILS).parent).mkdir(parents=True)
     (target / PP_UTILS).write_text(stock)
     result = apply_patches(target, [parse_patch(PATCH.read_bytes(), name=PATCH.name)])

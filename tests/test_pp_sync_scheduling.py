@@ -26,13 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import pygit2
 import pytest
-from conftest import GIT_ENV, REAL_CACHE_ROOT
+from conftest import release_files
 
-from vllm_compose import gitstore, sources
 from vllm_compose.apply import apply_patches
-from vllm_compose.errors import SourceError
 from vllm_compose.patchfile import parse_patch
 
 pytestmark = [pytest.mark.sdist, pytest.mark.slow]
@@ -249,22 +246,8 @@ def _skip_test(source: str):
 
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
-    cache = sources.Cache(REAL_CACHE_ROOT)  # the user's (or CI's) cache: the sdist is downloaded once
-    name = "vllm-0.26.0.tar.gz"
-    known = cache.lookup_name(name)
-    if not (known and cache.has(known[0])):
-        try:
-            sources.find_sdist(sources.version_of_tag("v0.26.0"), sources.pip_index_url())
-        except SourceError as exc:
-            pytest.skip(f"{name} is not cached in {cache.root} and PyPI is unreachable ({exc.message})")
-    root = tmp_path_factory.mktemp("sync")
-    with pytest.MonkeyPatch.context() as mp:  # module scope: the per-test git environment is not set yet
-        for key, value in GIT_ENV.items():
-            mp.setenv(key, value)
-        repo = gitstore.open_or_init_repo(root / "vllm")
-        commit = sources.ensure_release(repo, "v0.26.0", cache)
-    stock = {p: repo[commit.tree[p].id].peel(pygit2.Blob).data.decode() for p in (CORE, SCHEDULER)}
-    target = root / "tree"
+    stock = release_files(tmp_path_factory, "v0.26.0", [CORE, SCHEDULER])
+    target = tmp_path_factory.mktemp("sync")
     for path, text in stock.items():
         (target / Path(path).parent).mkdir(parents=True, exist_ok=True)
         (target / path).write_text(text)
