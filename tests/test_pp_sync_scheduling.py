@@ -258,12 +258,14 @@ def releases(tmp_path_factory):
     return stock, patched
 
 
-def _run(core: str, scheduler: str, *, k: int = 2, accept: int = 0, max_tokens: int = 6, max_steps: int = 200):
+def _run(
+    core: str, scheduler: str, *, k: int = 2, accept: int = 0, max_tokens: int = 6, pp: int = 2, max_steps: int = 400
+):
     """Serve 3 requests to the end (or `max_steps` engine steps, or the first error the engine raises); return the
     requests, the last rank and that error."""
     requests = {f"r{i}": Request(prompt_len=10 + i, max_tokens=max_tokens) for i in range(3)}
     executor = LastRank(requests, k, accept)
-    engine = StandInEngine(StandInScheduler(requests, _skip_test(scheduler)), executor)
+    engine = StandInEngine(StandInScheduler(requests, _skip_test(scheduler)), executor, pp_size=pp)
     _bind(engine, core)
     for _ in range(max_steps):
         if not (engine.scheduler.has_requests() or engine.batch_queue):
@@ -292,9 +294,10 @@ def test_engine_fix_alone_meets_the_schedulers_negative_counts(releases):
 
 
 @pytest.mark.parametrize("accept", [0, 1, 2], ids=["all-rejected", "one-accepted", "all-accepted"])
-def test_both_fixes_run_every_decode_as_one_token_and_its_drafts(releases, accept):
+@pytest.mark.parametrize("pp", [2, 4])
+def test_both_fixes_run_every_decode_as_one_token_and_its_drafts(releases, accept, pp):
     _stock, patched = releases
-    requests, rank, error = _run(patched[CORE], patched[SCHEDULER], accept=accept, max_tokens=12)
+    requests, rank, error = _run(patched[CORE], patched[SCHEDULER], accept=accept, max_tokens=12, pp=pp)
     assert error is None and rank.unrunnable == []
     assert all(len(r.output) == 12 and r.finished for r in requests.values())
     # speculation is kept: after the prefill every step is the known token and both drafts; each step yields
