@@ -73,11 +73,13 @@ for phase in "$@"; do
     d5) VC_CHECK_TOKEN_IDS=1 run composed_pp2_mtp2_checked composed 0,1 8.0 --pp 2 --mtp 2 ;;
     d6) VC_CHECK_TOKEN_IDS=async VLLM_ALLOW_INSECURE_SERIALIZATION=1 run composed_pp2_mtp2_tally composed 0,1 8.0 --pp 2 --mtp 2 ;;
     d7) VC_PP_SAME_STREAM=1 run composed_pp2_mtp2_same_stream composed 0,1 8.0 --pp 2 --mtp 2 ;;
-    # the same, VC_REPEAT (8) generations per engine with finishes spread out (session 3: the failure is intermittent)
+    # the same, VC_REPEAT (8) generations of VC_PROMPTS (4) prompts per engine, finishes spread out (session 3: the
+    # failure is intermittent)
     d6r) VC_CHECK_TOKEN_IDS=async VLLM_ALLOW_INSECURE_SERIALIZATION=1 run composed_pp2_mtp2_tally_x${VC_REPEAT:-8} composed 0,1 8.0 \
-           --pp 2 --mtp 2 --repeat ${VC_REPEAT:-8} --stagger 24 ;;
+           --pp 2 --mtp 2 --repeat ${VC_REPEAT:-8} --stagger 24 --prompts ${VC_PROMPTS:-4} ;;
     c5r) VC_MODEL=tiny_cycle run cycle_pp2_mtp2_x4 composed 0,1 8.0 --pp 2 --mtp 2 --repeat 4 ;;
-    r5r) run composed_pp2_mtp2_x${VC_REPEAT:-8} composed 0,1 8.0 --pp 2 --mtp 2 --repeat ${VC_REPEAT:-8} --stagger 24 ;;
+    r5r) run composed_pp2_mtp2_x${VC_REPEAT:-8} composed 0,1 8.0 --pp 2 --mtp 2 --repeat ${VC_REPEAT:-8} --stagger 24 \
+           --prompts ${VC_PROMPTS:-4} ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
