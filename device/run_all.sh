@@ -80,6 +80,9 @@ for phase in "$@"; do
     c5r) VC_MODEL=tiny_cycle run cycle_pp2_mtp2_x4 composed 0,1 8.0 --pp 2 --mtp 2 --repeat 4 ;;
     r5r) run composed_pp2_mtp2_x${VC_REPEAT:-8} composed 0,1 8.0 --pp 2 --mtp 2 --repeat ${VC_REPEAT:-8} --stagger 24 \
            --prompts ${VC_PROMPTS:-4} ;;
+    # fresh engines, one generation each, until VC_LOOPS (4) runs or the time is up: the failures of sessions 1-2
+    # were all in a fresh engine's single generation (one 1 s after start-up)
+    r5l) for i in $(seq "${VC_LOOPS:-4}"); do run composed_pp2_mtp2_start$i composed 0,1 8.0 --pp 2 --mtp 2; done ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
