@@ -134,6 +134,19 @@ def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str
     return {path: repo[commit.tree[path].id].peel(pygit2.Blob).data.decode() for path in paths}
 
 
+def release_functions(source: str, filename: str, names, namespace: dict, in_class: str | None = None) -> dict:
+    """Functions `names` of a release's source text (module level, or the methods of class `in_class`), executed
+    alone in `namespace` (which supplies the globals they use): the release's own code under test on a CPU."""
+    import ast
+
+    body = ast.parse(source).body
+    if in_class is not None:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == in_class).body
+    fns = [n for n in body if isinstance(n, ast.FunctionDef) and n.name in names]
+    exec(compile(ast.Module(fns, []), filename, "exec"), namespace)  # noqa: S102 - the release's own code
+    return {f.name: namespace[f.name] for f in fns}
+
+
 class _FakeResponse(io.BytesIO):
     def __init__(self, url: str, body: bytes, headers: dict[str, str], fail_after: int | None) -> None:
         super().__init__(body)

@@ -9,12 +9,11 @@ where `num_computed_tokens` still counts the previous step's rejected drafts.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import release_files
+from conftest import release_files, release_functions
 
 np = pytest.importorskip("numpy", reason="the PP gate is numpy code (numpy is installed by .ci/run)")
 
@@ -41,11 +40,8 @@ class Batch:
 
 def _gate(source: str):
     """`compute_need_sampled_mask` from a pp_utils.py text, executed alone (it needs only numpy)."""
-    tree = ast.parse(source)
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "compute_need_sampled_mask")
-    namespace = {"np": np, "InputBatch": Batch}
-    exec(compile(ast.Module([fn], []), PP_UTILS, "exec"), namespace)  # noqa: S102 - the release's own code
-    return namespace["compute_need_sampled_mask"]
+    name = "compute_need_sampled_mask"
+    return release_functions(source, PP_UTILS, [name], {"np": np, "InputBatch": Batch})[name]
 
 
 @pytest.fixture(scope="module")

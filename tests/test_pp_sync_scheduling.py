@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from conftest import release_files
+from conftest import release_files, release_functions
 
 from vllm_compose.apply import apply_patches
 from vllm_compose.patchfile import parse_patch
@@ -206,10 +206,8 @@ class StandInEngine:
         pass
 
 
-def _methods(source: str, names=ENGINE_METHODS) -> dict[str, Any]:
+def _methods(source: str) -> dict[str, Any]:
     """EngineCore methods from a core.py text, executed alone (the release's own code)."""
-    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "EngineCore")
-    fns = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in names]
     namespace = {
         "deque": deque,
         "cast": cast,
@@ -219,8 +217,7 @@ def _methods(source: str, names=ENGINE_METHODS) -> dict[str, Any]:
         "EngineCoreOutputs": dict,
         "DraftTokenIds": DraftTokenIds,
     }
-    exec(compile(ast.Module(fns, []), CORE, "exec"), namespace)  # noqa: S102 - the release's own code
-    return {f.name: namespace[f.name] for f in fns}
+    return release_functions(source, CORE, ENGINE_METHODS, namespace, in_class="EngineCore")
 
 
 def _bind(engine: StandInEngine, core: str) -> None:
