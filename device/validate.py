@@ -50,14 +50,6 @@ def spec_metrics(llm) -> dict:
     return out
 
 
-def _first_difference(a: list, b: list) -> int | None:
-    """The first position where the two token lists differ (a length counts), or None."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _flush_tally(_worker=None) -> list:
     """Runs in each worker (collective_rpc passes the worker; sending a function needs
     VLLM_ALLOW_INSECURE_SERIALIZATION=1): the VC_CHECK_TOKEN_IDS=async counts of device/sitecustomize."""
@@ -97,6 +89,7 @@ def main() -> int:
 
     for k, v in AMPERE_ENV.items():
         os.environ.setdefault(k, v)
+    from vllm_compose.validation.expected import first_difference
     from vllm_compose.validation.tinyglm import TinyGlmSpec, pp_layer_partition, prompts
 
     spec_file = Path(args.model) / "tinyglm_spec.json"
@@ -169,10 +162,8 @@ def main() -> int:
             for _ in range(args.repeat - 1):
                 again = [list(o.outputs[0].token_ids) for o in llm.generate(ps, sp, use_tqdm=False)]
                 result["repeats_equal"].append(again == first)
-                # per prompt: the first position where this repeat differs from the first generation, or None
-                result["repeats_first_difference"].append(
-                    [_first_difference(a, b) for a, b in zip(first, again, strict=True)]
-                )
+                # the first (prompt, position) where this repeat differs from the first generation, or None
+                result["repeats_first_difference"].append(first_difference(first, again))
         result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
         result["token_ids"] = [list(o.outputs[0].token_ids) for o in outs]
         if args.logprobs:
