@@ -82,6 +82,10 @@ for phase in "$@"; do
            --prompts ${VC_PROMPTS:-4} ;;
     # fresh engines, one generation each, until VC_LOOPS (4) runs or the time is up: the failures of sessions 1-2
     # were all in a fresh engine's single generation (one 1 s after start-up)
+    # the last prompt added after VC_LATE (1) engine outputs: its prefill shares a batch with the others' draft
+    # decodes, as in the scheduler dump of the session-2 failure before 0022 (session 4)
+    r5a) run composed_pp2_mtp2_late composed 0,1 8.0 --pp 2 --mtp 2 --late ${VC_LATE:-1} ;;
+    c5a) VC_MODEL=tiny_cycle run cycle_pp2_mtp2_late composed 0,1 8.0 --pp 2 --mtp 2 --late ${VC_LATE:-1} ;;
     r5l) for i in $(seq "${VC_LOOPS:-4}"); do run composed_pp2_mtp2_start$i composed 0,1 8.0 --pp 2 --mtp 2; done ;;
     *) echo "unknown phase $phase" ;;
   esac

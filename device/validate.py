@@ -50,6 +50,43 @@ def spec_metrics(llm) -> dict:
     return out
 
 
+def generate_late(engine, prompts: list, params: list, late: int) -> list[list[int]]:
+    """Greedy-generate `prompts` through `engine` (a vLLM `LLMEngine`), the last prompt only after `late` engine
+    outputs: the others are decoding with drafts by then, so the last one's prefill shares a batch with them.
+
+    `params` must ask for final outputs only (`RequestOutputKind.FINAL_ONLY`). Returns each prompt's token ids, in
+    prompt order. Raises RuntimeError if the engine runs out of work before the last prompt was added (it would
+    never be generated) or finishes a request it was not given.
+    """
+    if late < 1:
+        raise ValueError(f"late must be at least 1 engine output, got {late}")
+    *first, last = range(len(prompts))
+    for i in first:
+        engine.add_request(str(i), prompts[i], params[i])
+    done: dict[int, list[int]] = {}
+    steps, added_last = 0, False
+    while True:
+        if not added_last and steps >= late:
+            engine.add_request(str(last), prompts[last], params[last])
+            added_last = True
+        if not engine.has_unfinished_requests():
+            if added_last:
+                break
+            raise RuntimeError(
+                f"all {len(first)} early prompts finished after {steps} engine outputs, before the late prompt was "
+                f"added (late={late}): use a smaller --late"
+            )
+        for out in engine.step():
+            if not out.finished:
+                continue
+            index = int(out.request_id)
+            if index not in range(len(prompts)):
+                raise RuntimeError(f"the engine finished request {out.request_id!r}, which was never added")
+            done[index] = list(out.outputs[0].token_ids)
+        steps += 1
+    return [done[i] for i in range(len(prompts))]
+
+
 def _flush_tally(_worker=None) -> list:
     """Runs in each worker (collective_rpc passes the worker; sending a function needs
     VLLM_ALLOW_INSECURE_SERIALIZATION=1): the VC_CHECK_TOKEN_IDS=async counts of device/sitecustomize."""
@@ -83,9 +120,17 @@ def main() -> int:
         default=0,
         help="request i asks for max_tokens - i * STAGGER tokens (finishes spread out)",
     )
+    ap.add_argument(
+        "--late",
+        type=int,
+        default=0,
+        help="add the last prompt only after N engine outputs, so its prefill joins the others' draft decodes",
+    )
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if args.late and (args.repeat > 1 or args.logprobs):
+        ap.error("--late generates through the engine's steps: it takes neither --repeat nor --logprobs")
 
     for k, v in AMPERE_ENV.items():
         os.environ.setdefault(k, v)
@@ -109,6 +154,7 @@ def main() -> int:
         "sync_scheduling": args.sync_scheduling,
         "repeat": args.repeat,
         "stagger": args.stagger,
+        "late": args.late,
     }
     out = Path(args.out)
     try:
@@ -154,7 +200,14 @@ def main() -> int:
             for i in range(len(ps))
         ]
         t0 = time.perf_counter()
-        outs = llm.generate(ps, sp, use_tqdm=False)
+        if args.late:
+            from vllm.sampling_params import RequestOutputKind
+
+            for p in sp:
+                p.output_kind = RequestOutputKind.FINAL_ONLY
+            late_tokens = generate_late(llm.llm_engine, ps, sp, args.late)
+        else:
+            outs = llm.generate(ps, sp, use_tqdm=False)
         result["generate_s"] = time.perf_counter() - t0
         if args.repeat > 1:
             first = [list(o.outputs[0].token_ids) for o in outs]
@@ -165,7 +218,7 @@ def main() -> int:
                 # the first (prompt, position) where this repeat differs from the first generation, or None
                 result["repeats_first_difference"].append(first_difference(first, again))
         result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
-        result["token_ids"] = [list(o.outputs[0].token_ids) for o in outs]
+        result["token_ids"] = late_tokens if args.late else [list(o.outputs[0].token_ids) for o in outs]
         if args.logprobs:
             # per prompt, per position: [[token id, logprob], ...] of the top-n (vllm_compose.validation.expected)
             result["top_logprobs"] = [
