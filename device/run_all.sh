@@ -86,7 +86,13 @@ for phase in "$@"; do
     # decodes, as in the scheduler dump of the session-2 failure before 0022 (session 4)
     r5a) run composed_pp2_mtp2_late composed 0,1 8.0 --pp 2 --mtp 2 --late ${VC_LATE:-1} ;;
     c5a) VC_MODEL=tiny_cycle run cycle_pp2_mtp2_late composed 0,1 8.0 --pp 2 --mtp 2 --late ${VC_LATE:-1} ;;
-    r5l) for i in $(seq "${VC_LOOPS:-4}"); do run composed_pp2_mtp2_start$i composed 0,1 8.0 --pp 2 --mtp 2; done ;;
+    # fresh engines, one generation each, VC_LOOPS times; labels numbered from VC_LOOP_FROM (1) so a second call on
+    # a warm machine adds runs instead of replacing them
+    r5l) for i in $(seq "${VC_LOOP_FROM:-1}" $(( ${VC_LOOP_FROM:-1} + ${VC_LOOPS:-4} - 1 ))); do
+           run composed_pp2_mtp2_start$i composed 0,1 8.0 --pp 2 --mtp 2; done ;;
+    # the same with the last prompt joining late (r5a), for the late-prompt candidate of Findings 2
+    r5al) for i in $(seq "${VC_LOOP_FROM:-1}" $(( ${VC_LOOP_FROM:-1} + ${VC_LOOPS:-4} - 1 ))); do
+            run composed_pp2_mtp2_late_start$i composed 0,1 8.0 --pp 2 --mtp 2 --late ${VC_LATE:-1}; done ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
