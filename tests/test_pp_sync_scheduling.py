@@ -1,15 +1,18 @@
-"""Skew fixes 0023 and 0024 on the real 0.26.0 files: PP + synchronous scheduling + spec decode.
+"""Skew fixes 0023 and 0024 on the real release files: PP + synchronous scheduling + spec decode.
 
 The bug was found on the GPU (docs/validation.md, finding 3): PP2 + MTP2 with `async_scheduling=False` crashed the
 last rank within a second. Its cause lies in the engine's batch queue and the scheduler's token accounting, which
 run on a CPU. Here the release's `EngineCore.step_with_batch_queue` and `post_step` (vllm/v1/engine/core.py of the
-0.26.0 sdist) and the same methods after 0023 are executed against a stand-in scheduler and executor:
+sdist) and the same methods after the series' fixes are executed against a stand-in scheduler and executor, for
+v0.26.0 (the series applies 0023 and 0024) and v0.33.0 (0023 only: from v0.28.0 the release clamps the count):
 
 - the stand-in scheduler follows vllm/v1/core/sched/scheduler.py of 0.26.0: a running request is offered
   `num_tokens + len(spec_token_ids) - num_computed_tokens` tokens (line 503), its drafts are cleared once scheduled
   (line 638), rejected drafts are taken off `num_computed_tokens` when the output arrives (line 1695); whether a
   request is skipped is decided by the release's own test of the running loop (`if num_new_tokens == 0:`, line 543),
-  taken from the stock or the 0024-patched file;
+  taken from the stock or the 0024-patched file. v0.33.0 computes, clears and takes off the same way (lines 839-843,
+  1025, 2362) and, before that test, passes the count through `_reserve_prefill_lookahead` (line 887), which runs
+  here from the release's file (with the MTP lookahead of 1);
 - the stand-in executor is the last PP rank of the V2 runner: it proposes k placeholder drafts for every request of
   each sampled batch (DraftTokensHandler.get_draft_tokens) and records every batch it is given that the V2 runner
   cannot run: a decode whose scheduled tokens are not one known token plus its drafts.
@@ -31,12 +34,13 @@ from conftest import release_files, release_functions
 
 from vllm_compose.apply import apply_patches
 from vllm_compose.patchfile import parse_patch
+from vllm_compose.series import load_series
 
 pytestmark = [pytest.mark.sdist, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINE_PATCH = REPO / "series" / "patches" / "0023-engine-drafts-after-batch-output.patch"
-SCHEDULER_PATCH = REPO / "series" / "patches" / "0024-scheduler-skip-in-flight-spec-requests.patch"
+SERIES = REPO / "series"
+ENGINE_FIX, SCHEDULER_FIX = "fix-engine-drafts-after-batch-output", "fix-scheduler-skip-in-flight-spec-requests"
 CORE = "vllm/v1/engine/core.py"
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 ENGINE_METHODS = ("post_step", "step_with_batch_queue", "_take_batch_draft_token_ids")
@@ -87,9 +91,10 @@ class Request:
 class StandInScheduler:
     """vLLM 0.26.0's token accounting for running requests (module docstring); `skip` is the release's test."""
 
-    def __init__(self, requests: dict[str, Request], skip):
+    def __init__(self, requests: dict[str, Request], skip, reserve=None):
         self.requests = requests
         self.skip = skip
+        self.reserve = reserve  # the release's _reserve_prefill_lookahead (v0.28.0+), as (request, computed, new)
 
     def has_requests(self) -> bool:
         return any(not r.finished for r in self.requests.values())
@@ -100,6 +105,8 @@ class StandInScheduler:
             if r.finished:
                 continue
             num_new_tokens = r.num_tokens + len(r.spec_token_ids) - r.num_computed_tokens
+            if self.reserve is not None:
+                num_new_tokens = self.reserve(r, r.num_computed_tokens, num_new_tokens)
             if self.skip(num_new_tokens):
                 continue
             scheduled[rid] = num_new_tokens
@@ -188,6 +195,7 @@ class StandInEngine:
         self.check_for_draft_tokens = True
         self.async_scheduling = False
         self.is_ec_consumer = True
+        self.is_mm_encoder_only = False  # v0.33.0
         self.is_pooling_model = False
 
     def _should_throttle_prefills(self) -> bool:
@@ -203,6 +211,9 @@ class StandInEngine:
         pass
 
     def _process_aborts_queue(self) -> None:
+        pass
+
+    def _attach_weight_version(self, _outputs) -> None:  # v0.33.0
         pass
 
 
@@ -241,18 +252,34 @@ def _skip_test(source: str):
     return eval(compile(ast.fix_missing_locations(fn), SCHEDULER, "eval"))  # noqa: S307 - the release's own code
 
 
-@pytest.fixture(scope="module")
-def releases(tmp_path_factory):
-    stock = release_files(tmp_path_factory, "v0.26.0", [CORE, SCHEDULER])
+def _reserve(source: str):
+    """The release's `Scheduler._reserve_prefill_lookahead` bound to a scheduler with the MTP lookahead of 1, or None
+    where the release has none (before v0.28.0)."""
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Scheduler")
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "_reserve_prefill_lookahead" for n in cls.body):
+        return None
+    method = release_functions(source, SCHEDULER, ["_reserve_prefill_lookahead"], {"Request": Request}, "Scheduler")
+    return types.MethodType(method["_reserve_prefill_lookahead"], types.SimpleNamespace(num_prefill_lookahead=1))
+
+
+def _scheduler(requests: dict[str, Request], source: str) -> StandInScheduler:
+    return StandInScheduler(requests, _skip_test(source), _reserve(source))
+
+
+@pytest.fixture(scope="module", params=["v0.26.0", "v0.33.0"])
+def releases(request, tmp_path_factory):
+    """(tag, stock files, files after the fixes the series applies to that tag, ids of those fixes)."""
+    tag = request.param
+    stock = release_files(tmp_path_factory, tag, [CORE, SCHEDULER])
     target = tmp_path_factory.mktemp("sync")
     for path, text in stock.items():
         (target / Path(path).parent).mkdir(parents=True, exist_ok=True)
         (target / path).write_text(text)
-    patches = [parse_patch(p.read_bytes(), name=p.name) for p in (ENGINE_PATCH, SCHEDULER_PATCH)]
-    result = apply_patches(target, patches)
+    fixes = [e for e in load_series(SERIES).entries_for(tag) if e.id in (ENGINE_FIX, SCHEDULER_FIX)]
+    result = apply_patches(target, [parse_patch(e.file.read_bytes(), name=e.file.name) for e in fixes])
     assert result.ok, [h.to_json() for h in result.hunks]
     patched = {p: (target / p).read_text() for p in (CORE, SCHEDULER)}
-    return stock, patched
+    return tag, stock, patched, [e.id for e in fixes]
 
 
 def _run(
@@ -262,7 +289,7 @@ def _run(
     requests, the last rank and that error."""
     requests = {f"r{i}": Request(prompt_len=10 + i, max_tokens=max_tokens) for i in range(3)}
     executor = LastRank(requests, k, accept)
-    engine = StandInEngine(StandInScheduler(requests, _skip_test(scheduler)), executor, pp_size=pp)
+    engine = StandInEngine(_scheduler(requests, scheduler), executor, pp_size=pp)
     _bind(engine, core)
     for _ in range(max_steps):
         if not (engine.scheduler.has_requests() or engine.batch_queue):
@@ -276,24 +303,31 @@ def _run(
 
 
 def test_stock_engine_schedules_drafts_without_the_token_they_follow(releases):
-    stock, _patched = releases
+    _tag, stock, _patched, _fixes = releases
     _requests, rank, _error = _run(stock[CORE], stock[SCHEDULER])
     # the batch after the prefill: each request's 2 drafts alone (the GPU run's illegal memory access)
     assert rank.unrunnable[:3] == [("r0", 2, 2), ("r1", 2, 2), ("r2", 2, 2)]
 
 
-def test_engine_fix_alone_meets_the_schedulers_negative_counts(releases):
-    stock, patched = releases
+def test_engine_fix_alone_meets_the_schedulers_negative_counts_until_the_release_clamps_them(releases):
+    tag, stock, patched, fixes = releases
     _requests, rank, error = _run(patched[CORE], stock[SCHEDULER])
-    # in-flight requests scheduled with -2 tokens (the GPU run's "assert num_tokens > 0" on both ranks)
-    assert rank.unrunnable == [("r0", -2, 0), ("r1", -2, 0), ("r2", -2, 0)]
-    assert str(error) == "num_tokens > 0"
+    if tag == "v0.26.0":
+        # in-flight requests scheduled with -2 tokens (the GPU run's "assert num_tokens > 0" on both ranks)
+        assert rank.unrunnable == [("r0", -2, 0), ("r1", -2, 0), ("r2", -2, 0)]
+        assert str(error) == "num_tokens > 0"
+        assert SCHEDULER_FIX in fixes
+    else:
+        # the release's _reserve_prefill_lookahead returns max(num_new_tokens, 0): the engine fix is enough, and
+        # the series does not carry the scheduler fix here
+        assert error is None and rank.unrunnable == []
+        assert fixes == [ENGINE_FIX]
 
 
 @pytest.mark.parametrize("accept", [0, 1, 2], ids=["all-rejected", "one-accepted", "all-accepted"])
 @pytest.mark.parametrize("pp", [2, 4])
-def test_both_fixes_run_every_decode_as_one_token_and_its_drafts(releases, accept, pp):
-    _stock, patched = releases
+def test_the_series_fixes_run_every_decode_as_one_token_and_its_drafts(releases, accept, pp):
+    _tag, _stock, patched, _fixes = releases
     requests, rank, error = _run(patched[CORE], patched[SCHEDULER], accept=accept, max_tokens=12, pp=pp)
     assert error is None and rank.unrunnable == []
     assert all(len(r.output) == 12 and r.finished for r in requests.values())
@@ -305,11 +339,11 @@ def test_both_fixes_run_every_decode_as_one_token_and_its_drafts(releases, accep
 
 
 def test_without_a_batch_queue_post_step_still_hands_over_the_drafts(releases):
-    _stock, patched = releases
+    _tag, _stock, patched, _fixes = releases
     requests = {"r0": Request(prompt_len=10, max_tokens=4, num_computed_tokens=10, output=[5])}
     rank = LastRank(requests, k=2, accept=0)
     rank.drafts = DraftTokenIds(["r0"], [[-1, -1]])
-    engine = StandInEngine(StandInScheduler(requests, _skip_test(patched[SCHEDULER])), rank)
+    engine = StandInEngine(_scheduler(requests, patched[SCHEDULER]), rank)
     engine.batch_queue = None  # pipeline parallelism off: EngineCore.step, then post_step
     _bind(engine, patched[CORE])
     engine.post_step(True)
