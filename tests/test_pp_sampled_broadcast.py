@@ -1,10 +1,11 @@
-"""Skew fix 0022 on the real 0.26.0 file: under PP, every sampled token reaches the earlier stages.
+"""Skew fix 0022 on the real release files: under PP, every sampled token reaches the earlier stages.
 
 The bug it fixes was found on the GPU (docs/validation.md: PP2 + MTP2 with every draft rejected emitted a copy of
 token 319 as token 320). The decision behind it is plain numpy, so it is checked here on a CPU: the release's
 `compute_need_sampled_mask` (stock vllm/v1/worker/gpu/pp_utils.py, from the PyPI sdist) and the same function after
 the series' patch are executed on the batch a request presents at its second-to-last step under async scheduling,
-where `num_computed_tokens` still counts the previous step's rejected drafts.
+where `num_computed_tokens` still counts the previous step's rejected drafts. The series applies 0022 to
+v0.26.0-v0.29.0; both ends of that range are run, and v0.30.0, whose own gate (PR #46994 merged) needs no fix.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ np = pytest.importorskip("numpy", reason="the PP gate is numpy code (numpy is in
 
 from vllm_compose.apply import apply_patches  # noqa: E402
 from vllm_compose.patchfile import parse_patch  # noqa: E402
+from vllm_compose.series import load_series  # noqa: E402
 
 pytestmark = [pytest.mark.sdist, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
+SERIES = REPO / "series"
+FIX = "fix-pp-broadcast-every-sampled-token"
 PATCH = REPO / "series" / "patches" / "0022-pp-broadcast-every-sampled-token.patch"
 PP_UTILS = "vllm/v1/worker/gpu/pp_utils.py"
 
@@ -44,9 +48,10 @@ def _gate(source: str):
     return release_functions(source, PP_UTILS, [name], {"np": np, "InputBatch": Batch})[name]
 
 
-@pytest.fixture(scope="module")
-def stock_and_patched(tmp_path_factory):
-    stock = release_files(tmp_path_factory, "v0.26.0", [PP_UTILS])[PP_UTILS]
+@pytest.fixture(scope="module", params=["v0.26.0", "v0.29.0"])
+def stock_and_patched(request, tmp_path_factory):
+    assert FIX in [e.id for e in load_series(SERIES).entries_for(request.param)]
+    stock = release_files(tmp_path_factory, request.param, [PP_UTILS])[PP_UTILS]
     target = tmp_path_factory.mktemp("pp")
     (target / Path(PP_UTILS).parent).mkdir(parents=True)
     (target / PP_UTILS).write_text(stock)
@@ -97,3 +102,15 @@ def test_patched_gate_still_skips_prefill_chunks_that_sample_nothing(stock_and_p
     assert patched(chunk).tolist() == [False, True]
     first_only = Batch(**{**chunk.__dict__, "num_scheduled_tokens": np.array([64, 32], dtype=np.int32)})
     assert patched(first_only) is None
+
+
+def test_from_v0_30_0_the_release_gate_broadcasts_every_sampled_token_and_the_series_stops_fixing_it(
+    tmp_path_factory,
+):
+    assert FIX not in [e.id for e in load_series(SERIES).entries_for("v0.30.0")]
+    release = _gate(release_files(tmp_path_factory, "v0.30.0", [PP_UTILS])[PP_UTILS])
+    for drafts in (1, 2, 3):
+        for overshoot in range(drafts + 1):
+            for emitted in (1, 100, 317, 318, 319):
+                mask = release(_decode_step(17, 320, emitted, drafts, overshoot))
+                assert mask is not None and mask.tolist() == [True]
