@@ -109,8 +109,8 @@ def real_cache() -> sources.Cache:
     return sources.Cache(REAL_CACHE_ROOT)
 
 
-def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str]:
-    """The text of `paths` in vLLM release `tag`, imported from its PyPI sdist through the user's (or CI's) cache:
+def _release_commit(tmp_path_factory, tag: str) -> tuple[pygit2.Repository, pygit2.Commit]:
+    """vLLM release `tag` imported from its PyPI sdist through the user's (or CI's) cache into a fresh repository:
     downloaded once, reused by later runs. Skips the calling test when the sdist is not cached and PyPI is
     unreachable. For module-scoped fixtures (the per-test git environment is not set yet, so it is set here)."""
     from vllm_compose import gitstore
@@ -131,7 +131,31 @@ def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str
             mp.setenv(key, value)
         repo = gitstore.open_or_init_repo(root / "vllm")
         commit = sources.ensure_release(repo, tag, cache)
+    return repo, commit
+
+
+def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str]:
+    """The text of `paths` in vLLM release `tag` (from its PyPI sdist; see `_release_commit`)."""
+    repo, commit = _release_commit(tmp_path_factory, tag)
     return {path: repo[commit.tree[path].id].peel(pygit2.Blob).data.decode() for path in paths}
+
+
+def release_tree(tmp_path_factory, tag: str, under: str = "vllm") -> Path:
+    """A folder holding release `tag`'s `under/` files as they are in its PyPI sdist (see `_release_commit`)."""
+    repo, commit = _release_commit(tmp_path_factory, tag)
+    root = tmp_path_factory.mktemp(f"tree-{tag}")
+
+    def write(tree: pygit2.Tree, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for entry in tree:
+            obj = repo[entry.id]
+            if isinstance(obj, pygit2.Tree):
+                write(obj, folder / entry.name)
+            elif isinstance(obj, pygit2.Blob):
+                (folder / entry.name).write_bytes(obj.data)
+
+    write(repo[commit.tree[under].id].peel(pygit2.Tree), root / under)
+    return root
 
 
 def release_functions(source: str, filename: str, names, namespace: dict, in_class: str | None = None) -> dict:
