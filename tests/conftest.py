@@ -140,8 +140,9 @@ def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str
     return {path: repo[commit.tree[path].id].peel(pygit2.Blob).data.decode() for path in paths}
 
 
-def release_tree(tmp_path_factory, tag: str, under: str = "vllm") -> Path:
-    """A folder holding release `tag`'s `under/` files as they are in its PyPI sdist (see `_release_commit`)."""
+def release_tree(tmp_path_factory, tag: str, under: str | None = "vllm") -> Path:
+    """A folder holding release `tag`'s `under/` files (all its files if `under` is None) as they are in its PyPI
+    sdist (see `_release_commit`)."""
     repo, commit = _release_commit(tmp_path_factory, tag)
     root = tmp_path_factory.mktemp(f"tree-{tag}")
 
@@ -154,8 +155,17 @@ def release_tree(tmp_path_factory, tag: str, under: str = "vllm") -> Path:
             elif isinstance(obj, pygit2.Blob):
                 (folder / entry.name).write_bytes(obj.data)
 
-    write(repo[commit.tree[under].id].peel(pygit2.Tree), root / under)
+    if under is None:
+        write(commit.tree, root)
+    else:
+        write(repo[commit.tree[under].id].peel(pygit2.Tree), root / under)
     return root
+
+
+@pytest.fixture(scope="session")
+def release_v0260(tmp_path_factory) -> Path:
+    """vLLM 0.26.0 as its PyPI sdist unpacks (setup.py, vllm/, ...), imported once per test session."""
+    return release_tree(tmp_path_factory, "v0.26.0", under=None)
 
 
 def release_functions(source: str, filename: str, names, namespace: dict, in_class: str | None = None) -> dict:

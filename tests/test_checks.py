@@ -14,7 +14,6 @@ from vllm_compose.checks import CheckReport, module_name, run_checks
 from vllm_compose.trees import DirTree, OverlayTree
 
 CASES = Path(__file__).parent / "data" / "checks"
-SDIST = Path("/tmp/v0260/vllm-0.26.0")
 
 
 def _case_ids() -> list[str]:
@@ -148,9 +147,8 @@ def test_report_json_roundtrip() -> None:
 
 
 @pytest.mark.sdist
-@pytest.mark.skipif(not SDIST.is_dir(), reason=f"unpacked vLLM 0.26.0 sdist not at {SDIST}")
-def test_real_sdist_against_itself_has_no_findings() -> None:
-    tree = DirTree(SDIST)
+def test_real_sdist_against_itself_has_no_findings(release_v0260: Path) -> None:
+    tree = DirTree(release_v0260)
     paths = [
         "vllm/platforms/cuda.py",
         "vllm/model_executor/layers/sparse_attn_indexer.py",

@@ -463,14 +463,13 @@ def test_fetch_refuses_a_wheel_without_a_digest(tmp_path: Path, cache: Cache, fa
 # --- the real stock wheel (measurement; skipped unless cached) --------------------------------------------------
 
 REAL_WHEEL = Path(os.environ.get("VLLM_COMPOSE_STOCK_WHEEL", "/tmp/wcache/" + STOCK_NAME))
-SDIST = Path("/tmp/v0260/vllm-0.26.0")
 
 
 @pytest.mark.sdist
 @pytest.mark.slow
-@pytest.mark.skipif(not (REAL_WHEEL.is_file() and SDIST.is_dir()), reason="real vLLM 0.26.0 wheel or sdist not on disk")
-def test_real_wheel_overlay(tmp_path: Path) -> None:
-    base = DirTree(SDIST)
+@pytest.mark.skipif(not REAL_WHEEL.is_file(), reason=f"real vLLM 0.26.0 wheel not at {REAL_WHEEL}")
+def test_real_wheel_overlay(tmp_path: Path, release_v0260: Path) -> None:
+    base = DirTree(release_v0260)
     changed = ["vllm/platforms/cuda.py", "vllm/model_executor/models/registry.py"]
     composed = OverlayTree(base, {p: base.read(p) + b"\n# composed\n" for p in changed})
     out = build_overlay_wheel(REAL_WHEEL, composed, changed, LABEL, tmp_path)
@@ -545,9 +544,9 @@ def test_editable_install_refuses_bad_input(tmp_path: Path) -> None:
         editable_install(_editable_tree(tmp_path / "t"), tmp_path / STOCK_NAME, LABEL)
 
 
-@pytest.mark.skipif(not (SDIST / "setup.py").is_file(), reason=f"unpacked vLLM 0.26.0 sdist not at {SDIST}")
-def test_editable_install_on_real_sdist_is_labelled(tmp_path: Path) -> None:
+@pytest.mark.sdist
+def test_editable_install_on_real_sdist_is_labelled(tmp_path: Path, release_v0260: Path) -> None:
     stock = REAL_WHEEL if REAL_WHEEL.is_file() else make_stock_wheel(tmp_path / "stock")
-    plan = editable_install(SDIST, stock, LABEL)
+    plan = editable_install(release_v0260, stock, LABEL)
     assert plan.version_labelled, plan.honoured
     assert "VLLM_USE_PRECOMPILED" in plan.honoured and "VLLM_PRECOMPILED_WHEEL_LOCATION" in plan.honoured
