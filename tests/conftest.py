@@ -109,12 +109,20 @@ def real_cache() -> sources.Cache:
     return sources.Cache(REAL_CACHE_ROOT)
 
 
+#: tag -> (repository, release commit) imported in this test session (an import takes 6-14 s; tests only read it)
+_IMPORTED_RELEASES: dict[str, tuple[pygit2.Repository, pygit2.Commit]] = {}
+
+
 def _release_commit(tmp_path_factory, tag: str) -> tuple[pygit2.Repository, pygit2.Commit]:
-    """vLLM release `tag` imported from its PyPI sdist through the user's (or CI's) cache into a fresh repository:
-    downloaded once, reused by later runs. Skips the calling test when the sdist is not cached and PyPI is
-    unreachable. For module-scoped fixtures (the per-test git environment is not set yet, so it is set here)."""
+    """vLLM release `tag` imported from its PyPI sdist through the user's (or CI's) cache into a repository, once per
+    test session: downloaded once, reused by later runs. Skips the calling test when the sdist is not cached and
+    PyPI is unreachable. For module-scoped fixtures (the per-test git environment is not set yet, so it is set
+    here)."""
     from vllm_compose import gitstore
     from vllm_compose.errors import SourceError
+
+    if tag in _IMPORTED_RELEASES:
+        return _IMPORTED_RELEASES[tag]
 
     cache = sources.Cache(REAL_CACHE_ROOT)
     version = sources.version_of_tag(tag)
@@ -131,6 +139,7 @@ def _release_commit(tmp_path_factory, tag: str) -> tuple[pygit2.Repository, pygi
             mp.setenv(key, value)
         repo = gitstore.open_or_init_repo(root / "vllm")
         commit = sources.ensure_release(repo, tag, cache)
+    _IMPORTED_RELEASES[tag] = repo, commit
     return repo, commit
 
 
@@ -140,9 +149,8 @@ def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str
     return {path: repo[commit.tree[path].id].peel(pygit2.Blob).data.decode() for path in paths}
 
 
-def release_tree(tmp_path_factory, tag: str, under: str | None = "vllm") -> Path:
-    """A folder holding release `tag`'s `under/` files (all its files if `under` is None) as they are in its PyPI
-    sdist (see `_release_commit`)."""
+def release_tree(tmp_path_factory, tag: str) -> Path:
+    """A folder holding release `tag`'s files as its PyPI sdist unpacks (see `_release_commit`)."""
     repo, commit = _release_commit(tmp_path_factory, tag)
     root = tmp_path_factory.mktemp(f"tree-{tag}")
 
@@ -155,17 +163,14 @@ def release_tree(tmp_path_factory, tag: str, under: str | None = "vllm") -> Path
             elif isinstance(obj, pygit2.Blob):
                 (folder / entry.name).write_bytes(obj.data)
 
-    if under is None:
-        write(commit.tree, root)
-    else:
-        write(repo[commit.tree[under].id].peel(pygit2.Tree), root / under)
+    write(commit.tree, root)
     return root
 
 
 @pytest.fixture(scope="session")
 def release_v0260(tmp_path_factory) -> Path:
     """vLLM 0.26.0 as its PyPI sdist unpacks (setup.py, vllm/, ...), imported once per test session."""
-    return release_tree(tmp_path_factory, "v0.26.0", under=None)
+    return release_tree(tmp_path_factory, "v0.26.0")
 
 
 def release_functions(source: str, filename: str, names, namespace: dict, in_class: str | None = None) -> dict:

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import release_tree
 
 triton = pytest.importorskip("triton", reason="the compile gate needs triton (see .ci/run)")
 
@@ -145,11 +144,9 @@ def test_recorded_files_separate_the_trees_on_the_fused_indexer_q_kernel():
 
 
 @pytest.mark.sdist
-def test_stock_0_26_0_fails_the_gate_on_fp8e4nv(tmp_path_factory):
+def test_stock_0_26_0_fails_the_gate_on_fp8e4nv(release_v0260):
     # the tree at VC_STOCK_VLLM_TREE when there is one, else the release's files from its PyPI sdist (as in CI)
-    stock = (
-        STOCK_TREE if (STOCK_TREE / "vllm" / "model_executor").is_dir() else release_tree(tmp_path_factory, "v0.26.0")
-    )
+    stock = STOCK_TREE if (STOCK_TREE / "vllm" / "model_executor").is_dir() else release_v0260
     results = run_gate(load_records(KERNELS / "stock-v0.26.0-sm80.json"), stock)
     assert results and not any(r.ok for r in results)
     assert all("fp8e4nv not supported in this architecture" in r.error for r in results)
