@@ -27,7 +27,6 @@ pytestmark = [pytest.mark.sdist, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "series"
 FIX = "fix-pp-broadcast-every-sampled-token"
-PATCH = REPO / "series" / "patches" / "0022-pp-broadcast-every-sampled-token.patch"
 PP_UTILS = "vllm/v1/worker/gpu/pp_utils.py"
 
 
@@ -50,12 +49,12 @@ def _gate(source: str):
 
 @pytest.fixture(scope="module", params=["v0.26.0", "v0.29.0"])
 def stock_and_patched(request, tmp_path_factory):
-    assert FIX in [e.id for e in load_series(SERIES).entries_for(request.param)]
+    (entry,) = [e for e in load_series(SERIES).entries_for(request.param) if e.id == FIX]
     stock = release_files(tmp_path_factory, request.param, [PP_UTILS])[PP_UTILS]
     target = tmp_path_factory.mktemp("pp")
     (target / Path(PP_UTILS).parent).mkdir(parents=True)
     (target / PP_UTILS).write_text(stock)
-    result = apply_patches(target, [parse_patch(PATCH.read_bytes(), name=PATCH.name)])
+    result = apply_patches(target, [parse_patch(entry.file.read_bytes(), name=entry.file.name)])
     assert result.ok, [h.to_json() for h in result.hunks]
     return _gate(stock), _gate((target / PP_UTILS).read_text())
 
