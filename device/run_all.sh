@@ -6,6 +6,8 @@ set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 S=/tmp/vc; mkdir -p "$S/res" "$S/rec" "$S/log"
 START=$(date +%s); BUDGET=${VC_BUDGET_S:-540}
+# the run numbers of the loop phases (r5l, r5al): VC_LOOPS (4) of them from VC_LOOP_FROM (1)
+LOOP_IDS=$(seq "${VC_LOOP_FROM:-1}" $(( ${VC_LOOP_FROM:-1} + ${VC_LOOPS:-4} - 1 )))
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 # run LABEL TREE GPUS CAPABILITY [validate.py args...]; CAPABILITY "-" = the real one
@@ -88,10 +90,9 @@ for phase in "$@"; do
     c5a) VC_MODEL=tiny_cycle run cycle_pp2_mtp2_late composed 0,1 8.0 --pp 2 --mtp 2 --late ${VC_LATE:-1} ;;
     # fresh engines, one generation each, VC_LOOPS times; labels numbered from VC_LOOP_FROM (1) so a second call on
     # a warm machine adds runs instead of replacing them
-    r5l) for i in $(seq "${VC_LOOP_FROM:-1}" $(( ${VC_LOOP_FROM:-1} + ${VC_LOOPS:-4} - 1 ))); do
-           run composed_pp2_mtp2_start$i composed 0,1 8.0 --pp 2 --mtp 2; done ;;
+    r5l) for i in $LOOP_IDS; do run composed_pp2_mtp2_start$i composed 0,1 8.0 --pp 2 --mtp 2; done ;;
     # the same with the last prompt joining late (r5a), for the late-prompt candidate of Findings 2
-    r5al) for i in $(seq "${VC_LOOP_FROM:-1}" $(( ${VC_LOOP_FROM:-1} + ${VC_LOOPS:-4} - 1 ))); do
+    r5al) for i in $LOOP_IDS; do
             run composed_pp2_mtp2_late_start$i composed 0,1 8.0 --pp 2 --mtp 2 --late ${VC_LATE:-1}; done ;;
     *) echo "unknown phase $phase" ;;
   esac
