@@ -77,7 +77,7 @@ def test_smoke_skipped_with_reason_when_runtime_missing(tmp_path: Path, monkeypa
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "__init__.py").write_text("")
     (tmp_path / "vllm" / "a.py").write_text("X = 1\n")
-    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULE", "no_such_runtime_module_xyz")
+    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULES", ("json", "no_such_runtime_module_xyz"))
     report = run_checks(DirTree(tmp_path), DirTree(tmp_path), ["vllm/a.py"])
     smoke = report.result("import-smoke")
     assert smoke.status == "skipped"
@@ -104,7 +104,7 @@ def _smoke_tree(tmp_path: Path) -> OverlayTree:
 
 def test_smoke_runs_where_runtime_importable(tmp_path: Path, monkeypatch) -> None:
     # stand in for torch with a module every interpreter has, so the subprocess path runs without a GPU stack
-    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULE", "json")
+    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULES", ("json",))
     composed = _smoke_tree(tmp_path)
     report = run_checks(DirTree(tmp_path / "base"), composed, ["vllm/sub/good.py", "vllm/sub/bad.py"], entry_id="e1")
     smoke = report.result("import-smoke")
@@ -115,7 +115,7 @@ def test_smoke_runs_where_runtime_importable(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_smoke_passes(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULE", "json")
+    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULES", ("json",))
     composed = _smoke_tree(tmp_path)
     smoke = run_checks(DirTree(tmp_path / "base"), composed, ["vllm/sub/good.py"], python=sys.executable).result(
         "import-smoke"
@@ -178,7 +178,7 @@ def test_smoke_takes_compiled_members_from_installed_vllm(tmp_path: Path, monkey
     (src / "vllm" / "__init__.py").write_text("")
     (src / "vllm" / "kernels" / "__init__.py").write_text("")
     (src / "vllm" / "kernels" / "ops.py").write_text("from vllm.kernels._native import ADD\n")
-    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULE", "json")
+    monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULES", ("json",))
     changed = ["vllm/kernels/ops.py"]
 
     monkeypatch.delenv("PYTHONPATH", raising=False)

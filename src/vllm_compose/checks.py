@@ -9,7 +9,8 @@ is attributed to the entry that introduced it:
    moved is not new. This is the check that catches a hunk calling a helper no patch defines, which compiling and
    importing both pass. New redefinitions (F811), unused imports and star-import uses are warnings.
 3. `import-smoke` — import every changed module in a subprocess with the composed tree first on `sys.path`, where
-   the vLLM runtime (torch) is importable; elsewhere the check is "skipped" with the reason, never "pass".
+   the vLLM runtime (torch and the packages in `RUNTIME_PROBE_MODULES`) is importable; elsewhere the check is
+   "skipped" with the reason, never "pass".
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ WARNING_KINDS = (
     pyflakes_messages.ImportStarUsage,
 )
 
-#: the module the runtime probe imports; vLLM cannot import a single module without it
-RUNTIME_PROBE_MODULE = "torch"
+#: the modules the runtime probe imports: torch and packages that nearly every vLLM module imports through
+#: vllm.logger / vllm.envs / vllm.config (torch alone is not enough: the Ampere gate's tests install a CPU torch
+#: without the rest, and an import smoke there would fail every module on `No module named 'regex'`)
+RUNTIME_PROBE_MODULES = ("torch", "transformers", "pydantic", "regex", "msgspec")
 #: seconds allowed for the whole import smoke (vLLM imports are slow: CUDA init, Triton)
 DEFAULT_SMOKE_TIMEOUT = 600
 
@@ -389,9 +392,10 @@ _PROBED: dict[tuple, str | None] = {}
 
 
 def probe_runtime(python: str | None = None, timeout: float = 120) -> str | None:
-    """None when `python` can import the vLLM runtime (torch); otherwise the reason it cannot (cached per process)."""
+    """None when `python` can import the vLLM runtime (RUNTIME_PROBE_MODULES); otherwise the reason it cannot (cached
+    per process)."""
     python = python or sys.executable
-    key = (python, os.environ.get("PYTHONPATH"), RUNTIME_PROBE_MODULE)  # the search path decides
+    key = (python, os.environ.get("PYTHONPATH"), RUNTIME_PROBE_MODULES)  # the search path decides
     if key not in _PROBED:
         _PROBED[key] = _probe_runtime(python, timeout)
     return _PROBED[key]
@@ -400,7 +404,7 @@ def probe_runtime(python: str | None = None, timeout: float = 120) -> str | None
 def _probe_runtime(python: str, timeout: float) -> str | None:
     try:
         proc = subprocess.run(
-            [python, "-c", f"import {RUNTIME_PROBE_MODULE}"],
+            [python, "-c", f"import {', '.join(RUNTIME_PROBE_MODULES)}"],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -408,10 +412,10 @@ def _probe_runtime(python: str, timeout: float) -> str | None:
     except FileNotFoundError:
         return f"interpreter {python} not found"
     except subprocess.TimeoutExpired:
-        return f"importing {RUNTIME_PROBE_MODULE} with {python} took longer than {timeout:.0f} s"
+        return f"importing {', '.join(RUNTIME_PROBE_MODULES)} with {python} took longer than {timeout:.0f} s"
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"the vLLM runtime is not importable with {python} ({RUNTIME_PROBE_MODULE}: {last})"
+        return f"the vLLM runtime is not importable with {python} ({last})"
     return None
 
 
