@@ -1,0 +1,92 @@
+"""What ran on a GPU, per vLLM release: a summary of the result files the device sessions brought back.
+
+`device/collect.py` writes `results.json` files (`{"runs": {label: run}, "verdicts": {label: verdict}}`); sessions keep
+them under `device/results/<session>/`. Each run records the vLLM version it imported, its pipeline size, MTP depth,
+scheduling mode, the capability it forced (`VC_FAKE_CAPABILITY`), and whether it finished; each verdict says whether
+its tokens and spec-decode counters were as predicted. The status table's GPU column is built from these files, so it
+can say no more than the files show.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ComposeError
+
+
+@dataclass(frozen=True, order=True)
+class RunConfig:
+    """One engine configuration: pipeline size, MTP draft tokens, sync scheduling."""
+
+    pp: int
+    mtp: int
+    sync: bool = False
+
+    def label(self) -> str:
+        text = f"PP{self.pp}" + (f"+MTP{self.mtp}" if self.mtp else "")
+        return text + (" sync" if self.sync else "")
+
+
+@dataclass
+class ReleaseEvidence:
+    """The GPU runs of one release's compose (stock runs excluded)."""
+
+    version: str
+    #: configurations whose run finished and whose verdict, where the run had one, was as predicted
+    as_predicted: set[RunConfig] = field(default_factory=set)
+    #: configurations that finished with a verdict that was not as predicted, or did not finish
+    not_as_predicted: set[RunConfig] = field(default_factory=set)
+    #: forced capability ("8.0") -> number of runs; runs without one used the GPU's own (sm_90)
+    capabilities: dict[str, int] = field(default_factory=dict)
+    sessions: set[str] = field(default_factory=set)
+    runs: int = 0
+
+    def summary(self) -> str:
+        """One table cell: the configurations, the forced capability and the sessions."""
+        parts = []
+        if self.as_predicted:
+            parts.append("as predicted: " + ", ".join(c.label() for c in sorted(self.as_predicted)))
+        if self.not_as_predicted:
+            parts.append("NOT as predicted: " + ", ".join(c.label() for c in sorted(self.not_as_predicted)))
+        forced = ", ".join(f"sm_{c.replace('.', '')} paths forced in {n}" for c, n in sorted(self.capabilities.items()))
+        return f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {len(self.sessions)} sessions)"
+
+
+def _verdict_ok(verdict: dict | None) -> bool:
+    if not verdict:
+        return True  # a run without a prediction (e.g. random weights) counts as finished, not as checked
+    checks = [v for k, v in verdict.items() if isinstance(v, bool) and (k.endswith("as_predicted") or k == "ok")]
+    return all(checks)
+
+
+def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
+    """Per vLLM version: the composed-tree runs found in `results_dir/*/*results.json`."""
+    results_dir = Path(results_dir)
+    evidence: dict[str, ReleaseEvidence] = {}
+    for path in sorted(results_dir.glob("*/*results.json")):
+        try:
+            data = json.loads(path.read_text())
+            runs, verdicts = data["runs"], data.get("verdicts", {})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ComposeError(
+                f"cannot read GPU results: {exc}",
+                file=str(path),
+                hint="results files are written by device/collect.py; fix or remove this one",
+            ) from None
+        for label, run in runs.items():
+            if label.startswith("stock") or "vllm_version" not in run:
+                continue
+            ev = evidence.setdefault(run["vllm_version"], ReleaseEvidence(run["vllm_version"]))
+            config = RunConfig(int(run.get("pp", 1)), int(run.get("mtp", 0)), bool(run.get("sync_scheduling")))
+            ok = bool(run.get("ok")) and _verdict_ok(verdicts.get(label))
+            (ev.as_predicted if ok else ev.not_as_predicted).add(config)
+            capability = (run.get("env") or {}).get("VC_FAKE_CAPABILITY")
+            if capability:
+                ev.capabilities[capability] = ev.capabilities.get(capability, 0) + 1
+            ev.sessions.add(path.parent.name)
+            ev.runs += 1
+    for ev in evidence.values():
+        ev.not_as_predicted -= ev.as_predicted  # a later session's passing run of the same configuration
+    return evidence
