@@ -13,6 +13,7 @@ uses that came from other vLLM modules are resolved by loading those modules the
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import json
@@ -23,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComposeError
+
+#: times a module-level statement is retried after binding a name it lacked (executing Python only)
+_RETRIES = 8
+
+#: packages vLLM imports that the standard library stands in for when they are absent (executing Python only)
+_STDLIB_STAND_INS = {"regex": "re"}
 
 #: the targets every recorded kernel must compile for: (compute capability, warp size)
 AMPERE_TARGETS: tuple[tuple[int, int], ...] = ((80, 32), (86, 32))
@@ -64,6 +71,25 @@ class _TolerantLoader:
     modules: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: per module: name -> (source module, attribute) for `from vllm.x import y` bindings not executed yet
     pending: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    #: (source module, attribute) -> value bound the moment a module imports it, before its next statement runs
+    #: (kernel_launches binds `vllm.platforms.current_platform` to a fake platform so that module-level probes
+    #: evaluate as on the GPU being gated); empty for the compile gate, which executes no Python of vLLM
+    bindings: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: exceptions a module-level statement may not swallow (a platform probe the fake platform does not know must
+    #: stop the derivation, not silently take a branch)
+    strict: tuple[type[BaseException], ...] = ()
+    #: run vLLM's Python, not only its kernels: names a function reads are resolved when it reads them, and
+    #: `import vllm...` inside a function body loads the module through this loader (see `_ModuleNamespace`)
+    executes_python: bool = False
+    #: names this loader put into sys.modules (executing Python only), removed by `close()`
+    registered: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Remove the modules this loader registered in sys.modules."""
+        for name in self.registered:
+            if isinstance(sys.modules.get(name), _ModuleEntry):
+                del sys.modules[name]
+        self.registered.clear()
 
     def module_file(self, name: str) -> Path:
         base = self.tree.joinpath(*name.split("."))
@@ -98,8 +124,13 @@ class _TolerantLoader:
             self.modules[name] = ns
             return ns
         path = self.module_file(name)
-        ns: dict[str, Any] = {"__name__": name, "__file__": str(path), "__builtins__": __builtins__}
+        ns = _ModuleNamespace(self if self.executes_python else None, name)
+        ns.update({"__name__": name, "__file__": str(path), "__builtins__": self._builtins()})
         self.modules[name] = ns
+        if self.executes_python and name not in sys.modules:
+            # dataclasses look string annotations up in sys.modules[cls.__module__]; `close()` removes these
+            sys.modules[name] = _ModuleEntry(ns)
+            self.registered.append(name)
         self.pending[name] = {}
         tree = ast.parse(path.read_text(), filename=str(path))
         for stmt in tree.body:
@@ -111,16 +142,79 @@ class _TolerantLoader:
                 continue
             if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.module.startswith("vllm") and stmt.level == 0:
                 for alias in stmt.names:
-                    self.pending[name][alias.asname or alias.name] = (stmt.module, alias.name)
+                    if (stmt.module, alias.name) in self.bindings:
+                        ns[alias.asname or alias.name] = self.bindings[(stmt.module, alias.name)]
+                    else:
+                        self.pending[name][alias.asname or alias.name] = (stmt.module, alias.name)
                 continue
             if isinstance(stmt, ast.Import) and any(a.name.startswith("vllm") for a in stmt.names):
+                if self.executes_python:  # `import vllm.envs as envs`: a view the functions read through
+                    for a in stmt.names:
+                        ns[a.asname or a.name.split(".")[0]] = _ModuleView(self, a.name if a.asname else "vllm")
                 continue
-            code = compile(ast.Module(body=[stmt], type_ignores=[]), str(path), "exec")
-            try:
-                exec(code, ns)
-            except BaseException:  # absent packages, platform probes: not needed to compile a kernel
-                continue
+            # executing Python, annotations stay strings (PEP 563) so that a signature naming an unloaded vLLM
+            # type (`vllm_config: VllmConfig`) does not stop a class from being defined; Triton reads
+            # `tl.constexpr` from either form
+            flags = __future__.annotations.compiler_flag if self.executes_python else 0
+            code = compile(ast.Module(body=[stmt], type_ignores=[]), str(path), "exec", flags=flags)
+            for _ in range(_RETRIES if self.executes_python else 1):
+                try:
+                    exec(code, ns)
+                except self.strict:
+                    raise
+                except NameError as exc:
+                    # executing Python: a class whose base (or a value whose input) another vLLM module defines
+                    if exc.name in self.pending[name] and exc.name not in ns:
+                        try:
+                            self.resolve(name, {exc.name})
+                        except self.strict:
+                            raise
+                        except BaseException:  # the other module does not load either: skip, as below
+                            break
+                        if exc.name in ns:
+                            continue
+                    break
+                except BaseException:  # absent packages, platform probes: not needed to compile a kernel
+                    break
+                break
+        ns.loaded = True
         return ns
+
+    def _builtins(self):
+        """The builtins of a loaded module: Python's, with `__import__` sending `vllm...` to this loader when it
+        executes vLLM's Python (function bodies import lazily: `from vllm.x import y` inside `fused_q`)."""
+        import builtins
+
+        if not self.executes_python:
+            return builtins
+        real_import = builtins.__import__
+
+        def vllm_import(name, globals=None, locals=None, fromlist=(), level=0):
+            if level == 0 and (name == "vllm" or name.startswith("vllm.")):
+                target = name if fromlist else "vllm"
+                return _ModuleView(self, target)
+            try:
+                return real_import(name, globals, locals, fromlist, level)
+            except ImportError:
+                if name in _STDLIB_STAND_INS:  # `import regex as re` where only the standard library's is here
+                    return real_import(_STDLIB_STAND_INS[name], globals, locals, fromlist, level)
+                raise
+
+        return {**vars(builtins), "__import__": vllm_import}
+
+    def value(self, module: str, name: str):
+        """`module`'s binding `name` (resolved from the module it was imported from when needed), or raise."""
+        ns = self.namespace(module)
+        if name not in ns:
+            self.resolve(module, {name})
+        if name not in ns:
+            raise KernelGateError(
+                f"{name} is not defined in {module} of the tree (or its definition failed to execute)",
+                file=str(self.module_file(module)),
+                key=name,
+                hint="the release moved or renamed it: update the driver in kernel_launches.py",
+            )
+        return ns[name]
 
     def resolve(self, module: str, names: set[str]) -> None:
         """Bind `names` in `module`'s namespace from the vLLM modules they were imported from."""
@@ -131,11 +225,15 @@ class _TolerantLoader:
             src_mod, attr = self.pending[module][n]
             try:
                 src_ns = self.namespace(src_mod)
+            except self.strict:
+                raise
             except KernelGateError:
                 # `from vllm.pkg import submodule`
                 try:
                     self.namespace(f"{src_mod}.{attr}")
                     ns[n] = types.SimpleNamespace(**{k: v for k, v in self.modules[f"{src_mod}.{attr}"].items()})
+                except self.strict:
+                    raise
                 except KernelGateError:
                     pass
                 continue
@@ -157,10 +255,13 @@ class _TolerantLoader:
 
     def kernel(self, module: str, qualname: str):
         ns = self.namespace(module)
-        fn = _unwrap(ns.get(qualname))
-        if fn is None:
-            self.resolve(module, {qualname})
-            fn = _unwrap(ns.get(qualname))
+        head, *rest = qualname.split(".")  # a kernel defined in a class: `Owner.kernel`
+        if head not in ns:
+            self.resolve(module, {head})
+        obj = ns.get(head)
+        for part in rest:
+            obj = getattr(obj, part, None)
+        fn = _unwrap(obj)
         if fn is None:
             raise KernelGateError(
                 f"kernel {qualname} not defined in {module} of the tree",
@@ -169,6 +270,61 @@ class _TolerantLoader:
             )
         self.resolve_kernel_globals(module, fn)
         return fn
+
+
+class _ModuleNamespace(dict):
+    """The globals of one loaded module. When the loader executes vLLM's Python, a name a function reads that came
+    from another vLLM module is loaded when first read (Python looks globals up through `__missing__` for a dict
+    subclass): a wrapper's names resolve as its own imports say, without walking its body. Module-level statements
+    run before `loaded` is set and see only what is bound, as in the compile gate."""
+
+    def __init__(self, loader: _TolerantLoader | None, name: str) -> None:
+        super().__init__()
+        self.loader = loader
+        self.module = name
+        self.loaded = False
+
+    def __missing__(self, key):
+        if self.loaded and self.loader is not None and key in self.loader.pending.get(self.module, {}):
+            self.loader.resolve(self.module, {key})
+            if dict.__contains__(self, key):
+                return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+
+class _ModuleEntry:
+    """A loaded module's stand-in in sys.modules: its `__dict__` is the loader's namespace."""
+
+    def __init__(self, ns: dict) -> None:
+        self.__dict__ = ns
+
+
+class _ModuleView:
+    """`vllm.x.y` as an `import` statement inside a loaded function sees it: attributes come from the loader."""
+
+    def __init__(self, loader: _TolerantLoader, name: str) -> None:
+        self._loader = loader
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        if (self._name, attr) in self._loader.bindings:
+            return self._loader.bindings[(self._name, attr)]
+        try:
+            return self._loader.value(self._name, attr)
+        except self._loader.strict:
+            raise
+        except KernelGateError:
+            pass
+        module_getattr = self._loader.modules.get(self._name, {}).get("__getattr__")
+        if callable(module_getattr):  # a module-level __getattr__ (vllm.envs)
+            return module_getattr(attr)
+        try:
+            self._loader.module_file(f"{self._name}.{attr}")
+        except self._loader.strict:
+            raise
+        except KernelGateError:
+            raise AttributeError(f"module {self._name} of the tree has no attribute {attr}") from None
+        return _ModuleView(self._loader, f"{self._name}.{attr}")
 
 
 def _dedent(src: str) -> str:
