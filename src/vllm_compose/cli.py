@@ -106,6 +106,14 @@ def _parser() -> argparse.ArgumentParser:
     sd.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
     sd.add_argument("--json", type=Path, metavar="FILE")
     sd.add_argument("--no-interdiff", action="store_true")
+
+    ag = sub.add_parser("ampere-gate", help="derive a release's DSA-path Triton launches and compile them for sm_80/86")
+    ag.add_argument("--onto", metavar="TAG", help="release tag: gate its compose branch (or, with --stock, the tag)")
+    ag.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
+    ag.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (names the branch)")
+    ag.add_argument("--stock", action="store_true", help="gate the release tag itself, not its compose branch")
+    ag.add_argument("--tree", type=Path, metavar="DIR", help="gate a plain folder holding vllm/ instead")
+    ag.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
     _artifact_parsers(sub)
     return p
 
@@ -186,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         handler.update(
             {"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay, "audit-series": _audit_series}
         )
+        handler["ampere-gate"] = _ampere_gate
         return int(handler[args.command](args))
     except ComposeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -421,6 +430,16 @@ def _status(args) -> int:
     if args.write:
         write_marked_section(args.write, table)
     return ExitCode.OK if all(r.status == "composed" for r in results) else ExitCode.CONFLICT
+
+
+def _ampere_gate(args) -> int:
+    from .validation.ampere_gate import gate_release, render, write_report
+
+    report = gate_release(args.repo, args.series, args.onto, stock=args.stock, tree=args.tree)
+    print(render(report), end="")
+    if args.json:
+        write_report(args.json, report)
+    return ExitCode.OK if report.ok else ExitCode.CONFLICT
 
 
 def _series_diff(args) -> int:

@@ -935,6 +935,17 @@ class Derivation:
     model_code: str | None = None
 
 
+class _QuietLogger:
+    """vLLM's logger (`init_logger(name)`: info, warning_once, ...) that says nothing."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+def _quiet_logger(name: str) -> _QuietLogger:
+    return _QuietLogger()
+
+
 def dsa_model_code(tree: Path) -> str:
     """ "dsv32" when the registry maps the DSA models to `vllm.models.deepseek_v32` (v0.29.0+), else "dsv2"."""
     targets = {registry_module(tree, arch) for arch in REGISTRY_ARCHITECTURES}
@@ -959,7 +970,11 @@ def derive_launches(
     model_code = dsa_model_code(tree)
     loader = _TolerantLoader(
         tree,
-        bindings={("vllm.platforms", "current_platform"): FakeCudaPlatform(capability)},
+        bindings={
+            ("vllm.platforms", "current_platform"): FakeCudaPlatform(capability),
+            # the release's log lines (e.g. "Using default MoE config") are not ours to print
+            ("vllm.logger", "init_logger"): _quiet_logger,
+        },
         strict=(PlatformProbeError,),
         executes_python=True,
     )

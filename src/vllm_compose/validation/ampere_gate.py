@@ -1,0 +1,229 @@
+"""The Ampere gate of a release tree: its DSA-path kernel launches, derived on a CPU, compiled for sm_80 and sm_86.
+
+`gate_tree` runs `kernel_launches.derive_launches` for each Ampere capability (the release's own capability
+choices differ between sm_80 and sm_86 only where its code asks), deduplicates the specializations and compiles
+them with `kernel_gate.run_gate` for that capability's target. `export_revision` writes a compose branch or a
+release tag of a git repository to a folder, as the loader reads plain files. `recorded_coverage` compares the
+derived kernel names with a GPU recording (kernels/composed-v0.26.0-sm80.json): the recording holds every Triton
+kernel of the runs, the runner and sampler kernels too, which are outside the DSA path and not derived here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .kernel_gate import GateResult, load_records, run_gate
+from .kernel_launches import Derivation, DriverOutcome, derive_launches
+
+#: the capabilities gated: A100 (sm_80) and the GA10x GPUs (RTX 30xx, A10, A40: sm_86)
+CAPABILITIES: tuple[tuple[int, int], ...] = ((8, 0), (8, 6))
+
+#: module suffixes of the recorded kernels on the DSA path (kernels/composed-v0.26.0-sm80.json); the others there
+#: are the V2 model runner's and the sampler's kernels
+DSA_PATH_MODULES = (
+    "mqa_logits_triton",
+    "triton_mla_sparse_kernel",
+    "sparse_utils",
+    "backends.mla.indexer",
+    "fused_moe",
+)
+
+
+@dataclass
+class KernelVerdict:
+    """One kernel on one target: how many derived specializations, and whether all compiled."""
+
+    module: str
+    qualname: str
+    target: int
+    specializations: int
+    failed: int
+    reason: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "qualname": self.qualname,
+            "target": f"sm_{self.target}",
+            "specializations": self.specializations,
+            "failed": self.failed,
+            "ok": self.ok,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class AmpereGateReport:
+    """The gate of one tree: per kernel and target, the drivers' outcomes, and the coverage of a recording."""
+
+    label: str
+    kernels: list[KernelVerdict] = field(default_factory=list)
+    drivers: dict[str, list[DriverOutcome]] = field(default_factory=dict)
+    derived: dict[str, int] = field(default_factory=dict)
+    coverage: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.kernels) and all(k.ok for k in self.kernels)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tree": self.label,
+            "ok": self.ok,
+            "kernels": [k.to_dict() for k in self.kernels],
+            "drivers": {cap: [o.to_dict() for o in outs] for cap, outs in self.drivers.items()},
+            "specializations": self.derived,
+            "coverage": self.coverage,
+        }
+
+
+def _verdicts(records: list[dict[str, Any]], results: list[GateResult], target: int) -> list[KernelVerdict]:
+    per: dict[tuple[str, str], list[GateResult]] = {}
+    for rec, res in zip(records, results, strict=True):
+        per.setdefault((rec["module"], rec["qualname"]), []).append(res)
+    out = []
+    for (module, qualname), rs in per.items():
+        bad = [r for r in rs if not r.ok]
+        out.append(KernelVerdict(module, qualname, target, len(rs), len(bad), bad[0].error if bad else None))
+    return out
+
+
+def gate_tree(
+    tree: Path, label: str = "", capabilities: tuple[tuple[int, int], ...] = CAPABILITIES
+) -> AmpereGateReport:
+    """Derive and compile the DSA-path launches of the tree `tree` (the folder holding `vllm/`)."""
+    report = AmpereGateReport(label or str(tree))
+    for cap in capabilities:
+        derivation: Derivation = derive_launches(tree, cap, label=label)
+        target = cap[0] * 10 + cap[1]
+        results = run_gate(derivation.records, tree, targets=((target, 32),))
+        report.kernels += _verdicts(derivation.records, results, target)
+        report.drivers[f"sm_{target}"] = derivation.outcomes
+        report.derived[f"sm_{target}"] = len(derivation.records)
+    report.kernels.sort(key=lambda k: (k.module, k.qualname, k.target))
+    return report
+
+
+def recorded_coverage(report: AmpereGateReport, recorded: Path) -> dict[str, Any]:
+    """Which kernels of a GPU recording the derivation covers: the DSA-path ones must all be derived; the rest of
+    the recording (runner, sampler) is outside the DSA path and listed as such."""
+    names = {(r["module"], r["qualname"]) for r in load_records(recorded)}
+    derived = {(k.module, k.qualname) for k in report.kernels}
+    on_path = sorted(n for n in names if n[0].endswith(DSA_PATH_MODULES))
+    return {
+        "recording": str(recorded),
+        "dsa_path": [".".join(n) for n in on_path],
+        "covered": [".".join(n) for n in on_path if n in derived],
+        "missing": [".".join(n) for n in on_path if n not in derived],
+        "outside_dsa_path": len(names) - len(on_path),
+    }
+
+
+def tree_version(tree: Path) -> str | None:
+    """The release version a tree's `vllm/_version.py` records, when it does."""
+    path = Path(tree) / "vllm" / "_version.py"
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        # `__version__ = version = '0.26.0'` (vcs-versioning)
+        if line.startswith(("__version__ =", "version =")):
+            value = line.rsplit("=", 1)[1].strip().strip("'\"")
+            if value and value[0].isdigit():
+                return value
+    return None
+
+
+def export_revision(repo_dir: Path, rev: str, dest: Path) -> Path:
+    """Write the `vllm/` files of revision `rev` (a branch or tag) of the repository to `dest`; return `dest`."""
+    from .. import gitstore
+    from ..trees import GitTree
+
+    tree = GitTree.from_revision(gitstore.open_or_init_repo(repo_dir), rev)
+    for path in tree.paths():
+        if not path.startswith("vllm/"):
+            continue
+        data = tree.read(path)
+        if data is None:
+            continue
+        out = Path(dest) / path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    return Path(dest)
+
+
+def render(report: AmpereGateReport) -> str:
+    """One line per kernel and target, the drivers' outcomes, the coverage, then the verdict."""
+    lines = []
+    for k in report.kernels:
+        state = "ok" if k.ok else f"FAIL ({k.failed}/{k.specializations}): {k.reason}"
+        lines.append(f"{k.module} {k.qualname} sm_{k.target} x{k.specializations} {state}")
+    for target, outcomes in report.drivers.items():
+        for o in outcomes:
+            if o.status == "ran":
+                lines.append(f"driver {target}: {o.driver}: {o.launches} launches")
+            else:
+                lines.append(f"driver {target}: {o.driver}: {o.status}: {o.reason}")
+    if report.coverage is not None:
+        c = report.coverage
+        lines.append(
+            f"coverage of {Path(c['recording']).name}: {len(c['covered'])}/{len(c['dsa_path'])} DSA-path kernels "
+            f"derived" + (f", missing {', '.join(c['missing'])}" if c["missing"] else "")
+        )
+        lines.append(
+            f"  {c['outside_dsa_path']} recorded kernels (model runner, sampler) are outside the DSA path: not derived"
+        )
+    kernels = Counter(k.ok for k in report.kernels)
+    specs = ", ".join(f"{n} specializations for {t}" for t, n in report.derived.items())
+    verdict = "PASS" if report.ok else "FAIL"
+    lines.append(f"{verdict}: {report.label}: {kernels[True]} kernel x target compile, {kernels[False]} fail ({specs})")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(path: Path, report: AmpereGateReport) -> None:
+    Path(path).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+
+
+#: GPU recordings of a release's launches, by version, to report the derivation's coverage of (source checkout)
+RECORDINGS = {"0.26.0": Path(__file__).resolve().parents[3] / "kernels" / "composed-v0.26.0-sm80.json"}
+
+
+def gate_release(
+    repo_dir: Path | None, series_dir: Path, tag: str | None, stock: bool = False, tree: Path | None = None
+) -> AmpereGateReport:
+    """The gate of `--tree DIR`, or of the compose branch of `tag` in `repo_dir` (the tag itself with `stock`),
+    exported to a temporary folder. Raises `ComposeError` (exit 3) for a missing tag, branch or folder."""
+    import tempfile
+
+    from ..errors import ComposeError
+
+    if tree is not None:
+        if not (Path(tree) / "vllm").is_dir():
+            raise ComposeError(f"--tree {tree} holds no vllm/ folder", hint="pass the folder that holds vllm/")
+        report = gate_tree(Path(tree), label=str(tree))
+        version = tree_version(Path(tree))
+    else:
+        if not tag:
+            raise ComposeError("--onto TAG (or --tree DIR) is required", hint="e.g. --onto v0.30.0")
+        from ..artifacts.branch import open_branch
+        from ..series import version_of_tag
+
+        version = str(version_of_tag(tag))
+        if stock:
+            rev, label = f"refs/tags/{tag}", f"stock {tag}"
+        else:
+            branch = open_branch(repo_dir, series_dir, tag)
+            rev, label = f"refs/heads/{branch.branch}", branch.branch
+        with tempfile.TemporaryDirectory(prefix="vllm-compose-ampere-gate-") as tmp:
+            report = gate_tree(export_revision(repo_dir, rev, Path(tmp)), label=label)
+    recording = RECORDINGS.get(version or "")
+    if recording is not None and recording.is_file():
+        report.coverage = recorded_coverage(report, recording)
+    return report
