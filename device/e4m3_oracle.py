@@ -446,8 +446,7 @@ def fused_q_case(tokens: int, q_heads: int, index_heads: int, quantize_mqa: bool
     }
     outputs = ["index_q_fp8_ptr", "index_weights_out_ptr", "mqa_q_fp8_ptr" if quantize_mqa else "q_pe_out_ptr"]
     grid = (tokens, 3, max((q_heads + 1) // 2, index_heads))
-    # the fp8 MQA query (FlashInfer sparse) converts with .to(fp8) itself, outside _fp8_ue8m0_quantize
-    native_only = ["mqa_q_fp8_ptr"] if quantize_mqa else []
+    native_only: list[str] = []  # the MQA query pack goes through to_e4m3fn too (series 0026/0027)
     return {"args": args, "grid": grid, "outputs": outputs, "native_only": native_only, "options": {"num_warps": 1}}
 
 
@@ -565,8 +564,11 @@ def load_tree_kernels(tree: Path, software: bool) -> dict:
         kernels = {name: ns[name] for name in names}
     else:
         kernels = {name: loader.kernel(KERNELS_MODULE, name) for name in names}
-    bound = ns.get("SOFTWARE_E4M3")
-    return {"kernels": kernels, "flag_bound": bound is not None and bool(getattr(bound, "value", bound)) == software}
+    # the kernels reach the flag through e4m3's to_e4m3fn, which must be the one bound in the kernels' module
+    bound = e4m3.get("SOFTWARE_E4M3")
+    same_helper = ns.get("to_e4m3fn") is not None and ns.get("to_e4m3fn") is e4m3.get("to_e4m3fn")
+    flag_bound = same_helper and bound is not None and bool(getattr(bound, "value", bound)) == software
+    return {"kernels": kernels, "flag_bound": flag_bound}
 
 
 def _jit_names(path: Path) -> set[str]:
