@@ -107,6 +107,13 @@ def _parser() -> argparse.ArgumentParser:
     sd.add_argument("--json", type=Path, metavar="FILE")
     sd.add_argument("--no-interdiff", action="store_true")
 
+    ap = sub.add_parser("ampere-path", help="the DSA path of each release on CUDA and its sm_89+ kernels")
+    ap.add_argument("--onto", nargs="+", action="extend", required=True, metavar="TAG", help="one or more releases")
+    ap.add_argument("--series", default=DEFAULTS["series"], type=Path)
+    ap.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
+    ap.add_argument("--write", type=Path, metavar="FILE", help="put the tables into FILE's marked section")
+    ap.add_argument("--json", type=Path, metavar="FILE", help="also write every release's path as JSON")
+
     ag = sub.add_parser("ampere-gate", help="derive a release's DSA-path Triton launches and compile them for sm_80/86")
     ag.add_argument("--onto", metavar="TAG", help="release tag: gate its compose branch (or, with --stock, the tag)")
     ag.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
@@ -190,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "validate": _validate,
             "status": _status,
             "series-diff": _series_diff,
+            "ampere-path": _ampere_path,
         }
         handler.update(
             {"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay, "audit-series": _audit_series}
@@ -430,6 +438,25 @@ def _status(args) -> int:
     if args.write:
         write_marked_section(args.write, table)
     return ExitCode.OK if all(r.status == "composed" for r in results) else ExitCode.CONFLICT
+
+
+def _ampere_path(args) -> int:
+    from .artifacts.branch import open_branch
+    from .report import write_json
+    from .status import write_marked_section
+    from .validation import dsa_path
+
+    paths = []
+    for tag in args.onto:
+        branch = open_branch(args.repo, args.series, tag)
+        paths.append(dsa_path.ampere_path(branch.composed_tree(), branch.release_tree(), tag))
+    text = dsa_path.render_ampere_path(paths)
+    print(text, end="")
+    if args.write:
+        write_marked_section(args.write, text, dsa_path.BEGIN, dsa_path.END)
+    if args.json:
+        write_json(args.json, {"releases": [p.to_json() for p in paths]})
+    return ExitCode.OK
 
 
 def _ampere_gate(args) -> int:

@@ -74,17 +74,18 @@ def render_status(results: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_marked_section(path: Path, body: str) -> None:
-    """Replace the text between the status markers in `path` (appending the section when it has none)."""
+def write_marked_section(path: Path, body: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the text between the markers (default: the status table's) in `path`, appending the section when it
+    has none."""
     path = Path(path)
     try:
         text = path.read_text() if path.exists() else ""
     except OSError as exc:
         raise ComposeError(f"cannot read {path}: {exc.strerror}", file=str(path)) from None
-    block = f"{BEGIN}\n{body.rstrip()}\n{END}"
-    if BEGIN in text and END in text:
-        start, end = text.index(BEGIN), text.index(END) + len(END)
-        text = text[:start] + block + text[end:]
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    if begin in text and end in text:
+        start, stop = text.index(begin), text.index(end) + len(end)
+        text = text[:start] + block + text[stop:]
     else:
         text = (text.rstrip() + "\n\n" if text else "") + block + "\n"
     tmp = path.with_name(f".{path.name}.tmp")
