@@ -54,9 +54,6 @@ E4M3_PATH = "vllm/models/deepseek_v32/common/e4m3.py"
 E4M3_MODULE = "vllm.models.deepseek_v32.common.e4m3"
 KERNELS_MODULE = "vllm.models.deepseek_v32.common.kernels"
 SERIES_PATCHES = REPO / "series" / "patches"
-# TODO(lead): drop this fallback (and its use in module_source) once the series patch creating e4m3.py is in
-# series/patches; until then the draft is read from here.
-DRAFT_E4M3 = Path("/work/fix/e4m3.py")
 
 EXIT_AGREE, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 3
 
@@ -84,19 +81,17 @@ def series_e4m3_source(patches_dir: Path = SERIES_PATCHES) -> tuple[str, str] | 
 
 
 def module_source(explicit: Path | None = None, patches_dir: Path = SERIES_PATCHES, tree: Path | None = None) -> dict:
-    """The e4m3.py text to test and where it came from: `explicit`, else the series patch, else the draft, else
-    the copy in `tree` (the device machine has the repository and the tree, not the draft)."""
+    """The e4m3.py text to test and where it came from: `explicit`, else the series patch, else the copy in
+    `tree`."""
     if explicit is not None:
         return _source_record(Path(explicit).read_text(), str(explicit))
     found = series_e4m3_source(patches_dir)
     if found is not None:
         return _source_record(found[0], f"series/patches/{found[1]}")
-    if DRAFT_E4M3.is_file():  # TODO(lead): remove with DRAFT_E4M3
-        return _source_record(DRAFT_E4M3.read_text(), str(DRAFT_E4M3))
     if tree is not None and (Path(tree) / E4M3_PATH).is_file():
         return _source_record((Path(tree) / E4M3_PATH).read_text(), str(Path(tree) / E4M3_PATH))
     raise OracleError(
-        f"no series patch creates {E4M3_PATH} and there is no draft at {DRAFT_E4M3}",
+        f"no series patch creates {E4M3_PATH} and the tree has none",
         file=E4M3_PATH,
         hint="pass the module with --module FILE (e.g. the tree's vllm/models/deepseek_v32/common/e4m3.py)",
     )

@@ -231,8 +231,7 @@ def test_module_source_comes_from_the_series_patch_that_creates_it(tmp_path):
     assert oracle.module_source(explicit, patches_dir=tmp_path)["text"] == "X = 2\n"
 
 
-def test_module_source_without_a_patch_falls_back_to_the_draft_or_says_how_to_proceed(tmp_path, monkeypatch):
-    monkeypatch.setattr(oracle, "DRAFT_E4M3", tmp_path / "draft.py")
+def test_module_source_without_a_patch_falls_back_to_the_tree_or_says_how_to_proceed(tmp_path):
     with pytest.raises(oracle.OracleError, match="no series patch creates") as err:
         oracle.module_source(patches_dir=tmp_path, tree=tmp_path / "no-tree")
     assert "--module FILE" in err.value.hint
@@ -240,8 +239,6 @@ def test_module_source_without_a_patch_falls_back_to_the_draft_or_says_how_to_pr
     tree_copy.parent.mkdir(parents=True)
     tree_copy.write_text("T = 1\n")
     assert oracle.module_source(patches_dir=tmp_path, tree=tmp_path / "tree")["text"] == "T = 1\n"
-    (tmp_path / "draft.py").write_text("D = 1\n")
-    assert oracle.module_source(patches_dir=tmp_path)["origin"] == str(tmp_path / "draft.py")
 
 
 def test_argument_errors_name_the_fix(capsys):
