@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .kernel_gate import GateResult, load_records, run_gate
-from .kernel_launches import Derivation, DriverOutcome, derive_launches
+from .kernel_launches import Derivation, DriverOutcome, derive_launches, release_loader
 
 #: the capabilities gated: A100 (sm_80) and the GA10x GPUs (RTX 30xx, A10, A40: sm_86)
 CAPABILITIES: tuple[tuple[int, int], ...] = ((8, 0), (8, 6))
@@ -104,7 +104,11 @@ def gate_tree(
     for cap in capabilities:
         derivation: Derivation = derive_launches(tree, cap, label=label)
         target = cap[0] * 10 + cap[1]
-        results = run_gate(derivation.records, tree, targets=((target, 32),))
+        loader = release_loader(tree, cap)  # kernels defined in classes load only where Python executes
+        try:
+            results = run_gate(derivation.records, tree, targets=((target, 32),), loader=loader)
+        finally:
+            loader.close()
         report.kernels += _verdicts(derivation.records, results, target)
         report.drivers[f"sm_{target}"] = derivation.outcomes
         report.derived[f"sm_{target}"] = len(derivation.records)

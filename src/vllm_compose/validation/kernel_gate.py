@@ -377,13 +377,19 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 
 def run_gate(
-    records: list[dict[str, Any]], tree: Path, targets: tuple[tuple[int, int], ...] = AMPERE_TARGETS
+    records: list[dict[str, Any]],
+    tree: Path,
+    targets: tuple[tuple[int, int], ...] = AMPERE_TARGETS,
+    loader: _TolerantLoader | None = None,
 ) -> list[GateResult]:
-    """Compile every record for every target from the vLLM source tree `tree` (the folder holding `vllm/`)."""
+    """Compile every record for every target from the vLLM source tree `tree` (the folder holding `vllm/`).
+
+    `loader`: the loader to take kernels from (kernel_launches passes the one that executes vLLM's Python, so that
+    kernels defined inside classes, `VllmTritonJitKernel` owners from v0.29.0, load); a fresh one by default."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import compile as triton_compile
 
-    loader = _TolerantLoader(Path(tree))
+    loader = loader if loader is not None else _TolerantLoader(Path(tree))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
     results = []
     for rec in records:

@@ -968,16 +968,7 @@ def derive_launches(
     if not (tree / "vllm").is_dir():
         raise DriverError(f"{tree} holds no vllm/ package", file=str(tree), hint="pass the folder that holds vllm/")
     model_code = dsa_model_code(tree)
-    loader = _TolerantLoader(
-        tree,
-        bindings={
-            ("vllm.platforms", "current_platform"): FakeCudaPlatform(capability),
-            # the release's log lines (e.g. "Using default MoE config") are not ours to print
-            ("vllm.logger", "init_logger"): _quiet_logger,
-        },
-        strict=(PlatformProbeError,),
-        executes_python=True,
-    )
+    loader = release_loader(tree, capability)
     rel = Release(tree, tuple(capability), loader, label or str(tree))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
     out = Derivation(tuple(capability), model_code=model_code)
@@ -987,6 +978,20 @@ def derive_launches(
     finally:
         loader.close()
     return out
+
+
+def release_loader(tree: Path, capability: tuple[int, int]) -> _TolerantLoader:
+    """A loader that executes the release's Python as on a CUDA GPU of `capability` (call `close()` after)."""
+    return _TolerantLoader(
+        Path(tree),
+        bindings={
+            ("vllm.platforms", "current_platform"): FakeCudaPlatform(capability),
+            # the release's log lines (e.g. "Using default MoE config") are not ours to print
+            ("vllm.logger", "init_logger"): _quiet_logger,
+        },
+        strict=(PlatformProbeError,),
+        executes_python=True,
+    )
 
 
 def _drive(rel: Release, drivers, model_code: str, out: Derivation, seen: set[str], label: str) -> None:
