@@ -390,3 +390,41 @@ def test_real_v0300_fused_kernels_are_fp8e4nv_blockers(releases):
         assert "fp8e4nv" in triton[name].what
         assert any(u.pruned is None for u in triton[name].uses), name  # a live use on sm_8x
     assert any(b.kind == "backend" for b in path.blockers)  # stock: no sparse-MLA backend admits sm_8x
+
+
+#: the series' form of the fix: a jit helper in another module takes the native dtype and branches on SOFTWARE_E4M3
+E4M3_HELPER = {
+    "vllm/models/deepseek_v32/common/e4m3.py": """
+        from vllm.triton_utils import tl, triton
+        SOFTWARE_E4M3 = tl.constexpr(True)
+
+        @triton.jit
+        def to_e4m3fn(x, NATIVE_DTYPE: tl.constexpr):
+            if SOFTWARE_E4M3:
+                return x.to(tl.uint8, bitcast=True)
+            else:
+                return x.to(NATIVE_DTYPE)
+    """,
+    "vllm/models/deepseek_v32/common/kernels.py": E4M3["vllm/models/deepseek_v32/common/kernels.py"]
+    .replace("from vllm.models.deepseek_v32.common.e4m3 import SOFTWARE_E4M3, e4m3fn_bits", "")
+    .replace(
+        "from vllm.triton_utils import tl, triton",
+        "from vllm.models.deepseek_v32.common.e4m3 import to_e4m3fn\n        from vllm.triton_utils import tl, triton",
+    )
+    .replace(
+        """if SOFTWARE_E4M3:
+                return e4m3fn_bits(x)
+            else:
+                return x.to(tl.float8e4nv)""",
+        "return to_e4m3fn(x, tl.float8e4nv)",
+    ),
+}
+
+
+def test_fp8_dtype_passed_to_a_helper_counts_where_the_helper_converts(tmp_path):
+    stock = write_tree(tmp_path / "s")
+    got = by_function(dsa_path.ampere_path(write_tree(tmp_path / "c", COMPOSE, E4M3_HELPER), stock, "v0"))
+    assert "to_e4m3fn(x, tl.float8e4nv)" in (tmp_path / "c/vllm/models/deepseek_v32/common/kernels.py").read_text()
+    assert got["_quant"].handling is Handling.SOFTWARE_E4M3
+    assert {u.via for u in got["_quant"].blocker.uses} == {"to_e4m3fn"}
+    assert "to_e4m3fn" not in got  # the helper alone names no fp8 dtype: its callers carry the use

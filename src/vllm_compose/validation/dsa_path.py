@@ -1251,9 +1251,13 @@ def _fp8_feature(src: _Source, node: ast.AST) -> str:
     return "fp8e4nv dtype"
 
 
-def _jit_uses(src: _Source, path: str, fn: ast.FunctionDef) -> tuple[list[TritonUse], list[tuple[str, list]]]:
+def _jit_uses(
+    src: _Source, path: str, fn: ast.FunctionDef, params: frozenset[str] = frozenset(), depth: int = 0
+) -> tuple[list[TritonUse], list[tuple[str, list]]]:
     """The arch-limited features used directly in jit function `fn`, and its calls (callee, conditions) for
-    following helpers."""
+    following helpers. `tl.float8e4nv` passed as an argument to a jit function of the tree counts where that
+    function uses the parameter (e.g. `to_e4m3fn(x, tl.float8e4nv)` converts only where SOFTWARE_E4M3 is false).
+    With `params`, only the uses of those parameter names are collected (the callee side of that)."""
     mod, text = src.module(path)
     constexpr = _constexpr_names(mod, fn)
     uses: list[TritonUse] = []
@@ -1269,11 +1273,13 @@ def _jit_uses(src: _Source, path: str, fn: ast.FunctionDef) -> tuple[list[Triton
 
     # `fp8_dtype = tl.float8e4b8 if USE_FNUZ else tl.float8e4nv`: the name is what gets converted to, so its uses
     # count (where they are), not the definition
-    aliases: set[str] = set()
+    aliases: set[str] = set(params)
     definitions: set[int] = set()
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if any(isinstance(n, ast.Attribute) and n.attr == "float8e4nv" for n in ast.walk(node.value)):
+            value_nodes = list(ast.walk(node.value))
+            is_dtype = not any(isinstance(n, ast.Call) for n in value_nodes)  # a dtype choice, not a converted value
+            if is_dtype and any(isinstance(n, ast.Attribute) and n.attr == "float8e4nv" for n in value_nodes):
                 aliases.add(node.targets[0].id)
                 definitions |= {id(n) for n in ast.walk(node.value)}
     for node in ast.walk(fn):
@@ -1282,6 +1288,8 @@ def _jit_uses(src: _Source, path: str, fn: ast.FunctionDef) -> tuple[list[Triton
             continue
         if isinstance(node, ast.Name) and node.id in aliases and isinstance(node.ctx, ast.Load):
             feature = _fp8_feature(src, node)
+        elif params:
+            pass
         elif isinstance(node, ast.Attribute) and node.attr == "float8e4nv":
             feature = _fp8_feature(src, node)
         elif isinstance(node, ast.Name) and node.id == "float8e4nv":
@@ -1291,6 +1299,20 @@ def _jit_uses(src: _Source, path: str, fn: ast.FunctionDef) -> tuple[list[Triton
         elif isinstance(node, ast.Attribute | ast.Name):
             name = node.attr if isinstance(node, ast.Attribute) else node.id
             feature = next((what for pat, what in _TRITON_FEATURES if name == pat), None)
+        if feature and feature == "fp8e4nv dtype" and depth < 4:
+            passed = _passed_to_jit(src, path, node)
+            if passed is not None:
+                callee_path, callee, param = passed
+                tests = cond_stack(node)
+                inner, _ = _jit_uses(src, callee_path, callee, frozenset({param}), depth + 1)
+                prefix = tuple(_cond_text(text, t, neg) for t, neg in reversed(tests))
+                for u in inner:
+                    uses.append(
+                        TritonUse(
+                            u.feature, u.line, prefix + u.constexpr, u.via or callee.name, _pruned(tests) or u.pruned
+                        )
+                    )
+                continue
         if feature:
             tests = cond_stack(node)
             uses.append(
@@ -1304,6 +1326,31 @@ def _jit_uses(src: _Source, path: str, fn: ast.FunctionDef) -> tuple[list[Triton
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             calls.append((node.func.id, cond_stack(node)))
     return uses, calls
+
+
+def _passed_to_jit(src: _Source, path: str, node: ast.AST) -> tuple[str, ast.FunctionDef, str] | None:
+    """When `node` is an argument of a call to a jit function of the tree: (its path, the function, the parameter)."""
+    call = src.parents.get(node)
+    if isinstance(call, ast.keyword):
+        kw, call = call, src.parents.get(call)
+    else:
+        kw = None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        return None
+    callee = _Ampere(src)._function(call.func.id, call)
+    if callee is None or not _is_jit(callee):
+        return None
+    params = [a.arg for a in callee.args.args]
+    if kw is not None:
+        param = kw.arg
+    elif node in call.args and call.args.index(node) < len(params):
+        param = params[call.args.index(node)]
+    else:
+        return None
+    cur = callee
+    while not isinstance(cur, ast.Module):
+        cur = src.parents[cur]
+    return src.path_of[id(cur)], callee, param
 
 
 def _launchers(src: _Source, modules: list[str], name: str, kernel: bool) -> list[tuple[str, ast.AST]]:
