@@ -2,9 +2,10 @@
 """Compose the series onto TAG, publish the report, build the overlay wheel, write an issue body.
 
 Writes into --out: `report-<TAG>.json` (the compose report), `summary-<TAG>.md` (also appended to
-$GITHUB_STEP_SUMMARY when set), `issue-<TAG>.md` (only when the compose did not succeed: the conflicts and refusals),
-and the overlay wheel when the compose succeeded. Exits with the compose's exit code (0 composed, 1 conflict,
-2 refused, 3 bad input) so the workflow can decide what to publish.
+$GITHUB_STEP_SUMMARY when set), `issue-<TAG>.md` (only when the compose did not succeed: the conflicts and refusals;
+or when the wheel was refused, e.g. by the Ampere gate: the kernels that do not compile for sm_80/86, with
+`ampere-gate-<TAG>.json`), and the overlay wheel when both succeeded. Exits with the compose's exit code (0 composed,
+1 conflict, 2 refused, 3 bad input), or the wheel's, so the workflow can decide what to publish.
 """
 
 from __future__ import annotations
@@ -61,6 +62,24 @@ def issue_body(report: dict) -> str:
     )
 
 
+def gate_issue_body(tag: str, gate: dict) -> str:
+    """The issue when the compose succeeded but its DSA kernels do not compile for sm_80/86."""
+    failed = [k for k in gate.get("kernels", []) if not k["ok"]]
+    lines = [
+        f"The scheduled compose of the series onto vLLM {tag} composed, but it fails the Ampere gate: "
+        f"{len(failed)} kernel x target do not compile, so no wheel was built.",
+        "",
+        "| kernel | target | failed / specializations | reason |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{k['module']}.{k['qualname']}` | {k['target']} | {k['failed']}/{k['specializations']} | {k['reason']} |"
+        for k in failed
+    ]
+    lines += ["", f"Reproduce with `vllm-compose ampere-gate --onto {tag}`; fix with a skew-fix entry."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("tag")
@@ -70,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sources")
     p.add_argument("--offline", action="store_true")
     p.add_argument("--stock-wheel", help="the stock wheel (default: fetched from PyPI, cached)")
+    p.add_argument("--no-ampere-gate", action="store_true", help="build the wheel without the Ampere gate")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = args.out / f"report-{args.tag}.json"
@@ -101,7 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"issue-{args.tag}.md").write_text(issue_body(report))
         return rc
     wheel = ["wheel", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "--out", str(args.out)]
-    return vllm_compose(wheel + (["--stock-wheel", args.stock_wheel] if args.stock_wheel else []))
+    wheel += (["--stock-wheel", args.stock_wheel] if args.stock_wheel else []) + (
+        ["--no-ampere-gate"] if args.no_ampere_gate else []
+    )
+    rc = vllm_compose(wheel)
+    if rc == 2 and not args.no_ampere_gate:
+        gate_path = args.out / f"ampere-gate-{args.tag}.json"
+        gate = ["ampere-gate", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "--json"]
+        if vllm_compose([*gate, str(gate_path)]) == 1 and gate_path.is_file():
+            (args.out / f"issue-{args.tag}.md").write_text(gate_issue_body(args.tag, json.loads(gate_path.read_text())))
+    return rc
 
 
 if __name__ == "__main__":

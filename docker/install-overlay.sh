@@ -16,4 +16,8 @@ fi
 if [ "${VLLM_COMPOSE_IMPORT_SMOKE:-1}" = "0" ]; then
     args+=(--no-import-smoke)
 fi
+# The Ampere gate (DSA kernels compiled for sm_80/86 with the image's Triton) runs unless this says 0.
+if [ "${VLLM_COMPOSE_AMPERE_GATE:-1}" = "0" ]; then
+    args+=(--no-ampere-gate)
+fi
 exec "$python" -m vllm_compose.cli image-overlay "${args[@]}" "$@"

@@ -45,6 +45,7 @@ def wheel_argv(c: dict[str, Path], *extra: str) -> list[str]:
         str(c["stock"]),
         "--out",
         str(c["out"]),
+        "--no-ampere-gate",  # a toy tree has no DSA path; the gate's wiring has its own tests below
         *extra,
     ]
 
@@ -124,6 +125,7 @@ def test_wheel_refuses_failing_checks(tmp_path, capsys) -> None:
             str(make_stock_wheel(tmp_path / "stock")),
             "--out",
             str(out),
+            "--no-ampere-gate",
         ]
     )
     assert rc == 2
@@ -234,6 +236,7 @@ def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
         str(composed["series"]),
         "--stock-wheel",
         str(composed["stock"]),
+        "--no-ampere-gate",
     ]
     assert main(base) == 3  # the release is checked out, not the compose
     assert "checkout --detach compose-101-v0.26.0" in capsys.readouterr().err
@@ -242,3 +245,72 @@ def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
     line = capsys.readouterr().out
     assert "VLLM_USE_PRECOMPILED=1" in line and f"VLLM_PRECOMPILED_WHEEL_LOCATION={composed['stock']}" in line
     assert "VLLM_VERSION_OVERRIDE=0.26.0+compose.101.g" in line and "pip install --editable" in line
+
+
+# --- the Ampere gate before every artifact -------------------------------------------------------------------------
+# The toy tree has no DSA path, so these replace the gate's derivation with a report; the real derivation is tested
+# in test_kernel_launches.py. What is tested here is that an artifact is refused, and nothing written, unless the gate
+# passed or was explicitly skipped.
+
+
+def _gate_report(ok: bool):
+    from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
+
+    kernel = KernelVerdict("vllm.k", "_fused_q_kernel", 80, 2, 0 if ok else 2, None if ok else "fp8e4nv not supported")
+    return AmpereGateReport("toy", kernels=[kernel], derived={"sm_80": 2})
+
+
+@pytest.fixture
+def gate_says(monkeypatch):
+    from vllm_compose.validation import ampere_gate
+
+    def set_result(ok: bool | None, unavailable: str | None = None) -> None:
+        monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: unavailable)
+        monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": _gate_report(bool(ok)))
+
+    return set_result
+
+
+def _gated_wheel_argv(composed) -> list[str]:
+    return [a for a in wheel_argv(composed) if a != "--no-ampere-gate"]
+
+
+def test_wheel_refuses_a_compose_that_fails_the_ampere_gate(composed, gate_says, capsys) -> None:
+    gate_says(False)
+    assert main(_gated_wheel_argv(composed)) == 2
+    err = capsys.readouterr().err
+    assert "fails the Ampere gate: _fused_q_kernel (sm_80): fp8e4nv not supported" in err and "hint:" in err
+    assert not composed["out"].exists() or not list(composed["out"].iterdir())
+
+
+def test_wheel_refuses_where_the_gate_cannot_run_and_says_how_to_proceed(composed, gate_says, capsys) -> None:
+    gate_says(True, unavailable="triton is not installed")
+    assert main(_gated_wheel_argv(composed)) == 2
+    err = capsys.readouterr().err
+    assert "cannot run here: triton is not installed" in err
+    assert "pip install -e '.[gate]'" in err and "--no-ampere-gate" in err
+    assert not composed["out"].exists() or not list(composed["out"].iterdir())
+
+
+def test_wheel_records_the_gate_that_passed_or_that_it_was_skipped(composed, gate_says, capsys, tmp_path) -> None:
+    import json
+
+    gate_says(True)
+    assert main([*_gated_wheel_argv(composed), "--json", str(tmp_path / "a.json")]) == 0
+    assert "ampere gate: pass (1 kernel x target compiled; 2 specializations for sm_80)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "a.json").read_text())["ampere_gate"]["ok"] is True
+    assert main(wheel_argv(composed, "--json", str(tmp_path / "b.json"))) == 0
+    assert "ampere gate: SKIPPED (--no-ampere-gate" in capsys.readouterr().out
+    assert json.loads((tmp_path / "b.json").read_text())["ampere_gate"] == {"skipped": "--no-ampere-gate"}
+
+
+def test_editable_refuses_a_compose_that_fails_the_ampere_gate(composed, gate_says, capsys) -> None:
+    repo = composed["repo"]
+    toy.git(repo, "checkout", "-q", "--detach", "compose-101-v0.26.0")
+    argv = ["editable", "--onto", toy.TAG, "--repo", str(repo), "--series", str(composed["series"])]
+    gate_says(False)
+    assert main([*argv, "--stock-wheel", str(composed["stock"])]) == 2
+    assert "fails the Ampere gate" in capsys.readouterr().err
+    gate_says(True)
+    assert main([*argv, "--stock-wheel", str(composed["stock"])]) == 0
+    assert "ampere gate: pass" in capsys.readouterr().out

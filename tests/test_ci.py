@@ -98,12 +98,32 @@ def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch)
     summary = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     out = tmp_path / "out"
-    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", str(make_stock_wheel(tmp_path / "stock")))
+    stock = str(make_stock_wheel(tmp_path / "stock"))
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate")  # a toy tree
     assert rc == 0
     assert json.loads((out / "report-v0.26.0.json").read_text())["status"] == "composed"
     assert "| pr101 | applied |" in summary.read_text()
     assert list(out.glob("vllm-0.26.0+compose.101.g*.whl"))
     assert not (out / "issue-v0.26.0.md").exists()
+
+
+def test_compose_release_gate_refusal_writes_issue_body_naming_the_kernels(tmp_path, monkeypatch) -> None:
+    from test_artifact_cli import _gate_report
+    from test_wheel import make_stock_wheel
+
+    from vllm_compose.validation import ampere_gate
+
+    monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: None)
+    monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": _gate_report(False))
+    series, repo = _toy(tmp_path)
+    out = tmp_path / "out"
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", str(make_stock_wheel(tmp_path / "stock")))
+    assert rc == 2
+    assert not list(out.glob("*.whl"))
+    body = (out / "issue-v0.26.0.md").read_text()
+    assert "fails the Ampere gate: 1 kernel x target do not compile" in body
+    assert "| `vllm.k._fused_q_kernel` | sm_80 | 2/2 | fp8e4nv not supported |" in body
+    assert "vllm-compose ampere-gate --onto v0.26.0" in body
 
 
 def test_compose_release_conflict_writes_issue_body(tmp_path) -> None:

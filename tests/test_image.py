@@ -49,6 +49,7 @@ def overlay(t: dict[str, Path], *extra: str) -> int:
             "--sources",
             str(t["sources"]),
             "--offline",
+            "--no-ampere-gate",  # a toy tree has no DSA path; test_artifact_cli covers the gate's wiring
             *extra,
         ]
     )
@@ -135,13 +136,15 @@ def test_docker_script_outside_docker(toy_image, tmp_path) -> None:
         "PYTHON": sys.executable,
         "VLLM_COMPOSE_HOME": str(home),
         "VLLM_COMPOSE_OFFLINE": "1",
+        "VLLM_COMPOSE_AMPERE_GATE": "0",  # a toy tree has no DSA path
         "PYTHONPATH": str(toy_image["site"]) + os.pathsep + str(ROOT / "src"),
     }
     proc = subprocess.run(
         ["bash", str(ROOT / "docker" / "install-overlay.sh")], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((home / "overlay.json").read_text())["status"] == "installed"
+    data = json.loads((home / "overlay.json").read_text())
+    assert data["status"] == "installed" and data["ampere_gate"] == {"skipped": "--no-ampere-gate"}
 
 
 def test_dockerfile_shape() -> None:
@@ -210,3 +213,33 @@ def test_real_wheel_site_packages(tmp_path) -> None:
     assert data["version"].startswith("0.26.0+compose.46994.38476.g")
     assert len(data["changed"]) >= 20
     assert "TRITON_MLA_SPARSE" in (site / "vllm" / "platforms" / "cuda.py").read_text()
+
+
+def test_a_compose_failing_the_ampere_gate_leaves_site_packages_untouched(toy_image, monkeypatch, tmp_path) -> None:
+    from vllm_compose.validation import ampere_gate
+    from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
+
+    failing = AmpereGateReport("toy", kernels=[KernelVerdict("vllm.k", "_k", 86, 1, 1, "fp8e4nv not supported")])
+    monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: None)
+    monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": failing)
+    before = {p: p.read_bytes() for p in toy_image["site"].rglob("*") if p.is_file()}
+    report = tmp_path / "overlay.json"
+    rc = main(
+        [
+            "image-overlay",
+            "--site-packages",
+            str(toy_image["site"]),
+            "--series",
+            str(toy_image["series"]),
+            "--sources",
+            str(toy_image["sources"]),
+            "--offline",
+            "--json",
+            str(report),
+        ]
+    )
+    assert rc == 2
+    data = json.loads(report.read_text())
+    assert data["status"] == "refused" and data["ampere_gate"]["ok"] is False
+    assert "_k (sm_86): fp8e4nv not supported" in data["message"]
+    assert {p: p.read_bytes() for p in toy_image["site"].rglob("*") if p.is_file()} == before

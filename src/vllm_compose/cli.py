@@ -134,6 +134,14 @@ def _artifact_parsers(sub) -> None:
         x.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
         x.add_argument("--branch", help="compose branch (default: the series' compose-<PRs>-<TAG>)")
         x.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+        no_ampere_gate(x)
+
+    def no_ampere_gate(x) -> None:
+        x.add_argument(
+            "--no-ampere-gate",
+            action="store_true",
+            help="build without the Ampere gate (the DSA kernels compiled for sm_80/86); recorded in the report",
+        )
 
     def stock_args(x) -> None:
         x.add_argument(
@@ -176,6 +184,7 @@ def _artifact_parsers(sub) -> None:
     i.add_argument("--onto", metavar="TAG", help="release tag (default: v + the installed vLLM version)")
     i.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
     i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
+    no_ampere_gate(i)
     i.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
     s = sub.add_parser("audit-series", help="compose the series onto a release in a scratch repository (pre-commit)")
@@ -198,11 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             "status": _status,
             "series-diff": _series_diff,
             "ampere-path": _ampere_path,
+            "ampere-gate": _ampere_gate,
+            "wheel": _wheel,
+            "editable": _editable,
+            "image-overlay": _image_overlay,
+            "audit-series": _audit_series,
         }
-        handler.update(
-            {"wheel": _wheel, "editable": _editable, "image-overlay": _image_overlay, "audit-series": _audit_series}
-        )
-        handler["ampere-gate"] = _ampere_gate
         return int(handler[args.command](args))
     except ComposeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -351,19 +361,41 @@ def _wheel(args) -> int:
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
     checks = branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
+    ampere = _ampere_gate_of(branch, args)
     with _progress(False) as progress:
         stock = _stock_wheel(args, branch.version, progress)
     out = build_overlay_wheel(stock, branch.composed_tree(), branch.changed, args.label or branch.label, args.out)
     checked = verify_wheel(out) if args.verify else None
     print(f"{branch.branch} ({len(branch.entries)} entries, {len(branch.changed)} changed files) onto {stock.name}")
     print("checks: " + ", ".join(f"{r.name} {r.status}" for r in checks.results))
+    print(f"ampere gate: {_ampere_summary(ampere)}")
     if checked is not None:
         print(f"verified {checked} members against RECORD")
     print(out)
     if args.json:
-        data = {"wheel": str(out), "stock_wheel": str(stock), "branch": branch.to_json(), "checks": checks.to_json()}
+        data = {
+            "wheel": str(out),
+            "stock_wheel": str(stock),
+            "branch": branch.to_json(),
+            "checks": checks.to_json(),
+            "ampere_gate": ampere.to_json() if ampere else {"skipped": "--no-ampere-gate"},
+        }
         write_json(args.json, data)
     return ExitCode.OK
+
+
+def _ampere_gate_of(branch, args):
+    """The Ampere gate's passing report for an artifact of `branch` (it refuses otherwise), or None when skipped."""
+    from .artifacts import branch as branch_mod
+
+    return None if args.no_ampere_gate else branch_mod.ampere_gate(branch)
+
+
+def _ampere_summary(report) -> str:
+    if report is None:
+        return "SKIPPED (--no-ampere-gate: nothing shows the DSA kernels compile for sm_80/86)"
+    specs = ", ".join(f"{n} specializations for {t}" for t, n in report.derived.items())
+    return f"pass ({len(report.kernels)} kernel x target compiled; {specs})"
 
 
 def _editable(args) -> int:
@@ -375,6 +407,7 @@ def _editable(args) -> int:
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
     branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
+    print(f"ampere gate: {_ampere_summary(_ampere_gate_of(branch, args))}")
     branch_mod.require_checked_out(branch, args.repo)
     with _progress(False) as progress:
         stock = _stock_wheel(args, branch.version, progress)
@@ -412,6 +445,7 @@ def _image_overlay(args) -> int:
         offline=args.offline,
         import_smoke=not args.no_import_smoke,
         dry_run=args.dry_run,
+        ampere_gate=not args.no_ampere_gate,
     )
     print(result.render(), end="")
     if args.json:

@@ -198,6 +198,18 @@ def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None =
     return report
 
 
+def ampere_gate(branch: ComposedBranch):
+    """The Ampere gate of the composed tree (validation.ampere_gate): its DSA-path Triton kernels, as the release
+    launches them on an sm_80/86 GPU, must compile for both. Raises `RefusedError` (exit 2) otherwise; returns the
+    report."""
+    import tempfile
+
+    from ..validation.ampere_gate import export_tree, require_gate
+
+    with tempfile.TemporaryDirectory(prefix="vllm-compose-gate-") as tmp:
+        return require_gate(export_tree(branch.composed_tree(), Path(tmp)), branch.branch)
+
+
 def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:
     """Refuse unless `worktree` (the repository's work tree) holds exactly the branch's tree.
 

@@ -42,6 +42,7 @@ from ..patchfile import parse_patch
 from ..replay import ComposeOptions, Composer, ComposeResult
 from ..sources import Cache
 from ..trees import DirTree, GitTree
+from ..validation.ampere_gate import export_tree, require_gate
 from . import branch as branch_mod
 from .wheel import PACKAGE_DIR, overlay_version, record_hash, rewrite_metadata, rewrite_version_file
 
@@ -65,6 +66,8 @@ class ImageOverlayResult:
     changed: list[str] = field(default_factory=list)
     audit: dict | None = None
     checks: dict | None = None
+    #: the Ampere gate of the composed files (validation.ampere_gate), or {"skipped": ...}
+    ampere_gate: dict | None = None
     message: str = ""
 
     @property
@@ -83,6 +86,7 @@ class ImageOverlayResult:
             "changed": self.changed,
             "audit": self.audit,
             "checks": self.checks,
+            "ampere_gate": self.ampere_gate,
             "compose": self.compose.to_json() if self.compose else None,
         }
 
@@ -96,6 +100,12 @@ class ImageOverlayResult:
             lines.append(f"  {len(self.changed)} files changed")
         for c in (self.checks or {}).get("checks", []):
             lines.append(f"  check {c['name']:<16} {c['status']}" + (f" ({c['reason']})" if c.get("reason") else ""))
+        if self.ampere_gate is not None:
+            gate = self.ampere_gate
+            lines.append(
+                "  ampere gate      "
+                + (f"skipped ({gate['skipped']})" if "skipped" in gate else "pass" if gate.get("ok") else "FAIL")
+            )
         if self.version:
             lines.append(f"  installed version: {self.version}")
         if self.message:
@@ -164,6 +174,7 @@ def overlay_site_packages(
     dry_run: bool = False,
     work_dir: Path | None = None,
     python: str | None = None,
+    ampere_gate: bool = True,
 ) -> ImageOverlayResult:
     """Compose the series onto the vLLM installed in `site_packages` and install the result there (module docstring).
 
@@ -192,6 +203,18 @@ def overlay_site_packages(
         # the diff as `git diff <tag> <branch>` writes it: what a person would hand to check-fuzz
         diff = repo.diff(base.tree, branch.head.tree).patch or ""
         patch = parse_patch(diff.encode("utf-8", "surrogateescape"), name=f"compose-{tag}") if diff else None
+        if ampere_gate:
+            # before anything is written into site-packages: the composed files' DSA kernels for sm_80/86
+            try:
+                report = require_gate(export_tree(target, scratch / "gate"), branch.branch)
+            except RefusedError as exc:
+                result.status = "refused"
+                result.ampere_gate = {"ok": False, "error": exc.message}
+                result.message = f"{exc.message} — site-packages not changed\n  hint: {exc.hint}"
+                return result
+            result.ampere_gate = report.to_json()
+        else:
+            result.ampere_gate = {"skipped": "--no-ampere-gate"}
         if dry_run:
             result.status = "dry-run"
             result.version = new_version

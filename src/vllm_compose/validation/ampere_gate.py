@@ -150,7 +150,11 @@ def export_revision(repo_dir: Path, rev: str, dest: Path) -> Path:
     from .. import gitstore
     from ..trees import GitTree
 
-    tree = GitTree.from_revision(gitstore.open_or_init_repo(repo_dir), rev)
+    return export_tree(GitTree.from_revision(gitstore.open_or_init_repo(repo_dir), rev), dest)
+
+
+def export_tree(tree, dest: Path) -> Path:
+    """Write the `vllm/` files of a `FileTree` (e.g. a compose branch's tree) to `dest`; return `dest`."""
     for path in tree.paths():
         if not path.startswith("vllm/"):
             continue
@@ -161,6 +165,47 @@ def export_revision(repo_dir: Path, rev: str, dest: Path) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
     return Path(dest)
+
+
+#: the install command that brings what the gate needs (README: libraries)
+GATE_INSTALL = "pip install -e '.[gate]'"
+
+
+def gate_unavailable() -> str | None:
+    """None when this interpreter can run the gate; otherwise why not (the gate needs Triton, with the
+    `knobs.runtime.jit_cache_hook` of Triton 3.6, and torch: a CPU build is enough)."""
+    try:
+        import torch  # noqa: F401
+        import triton
+    except ImportError as exc:
+        return f"{exc.name or exc} is not installed"
+    if getattr(getattr(getattr(triton, "knobs", None), "runtime", None), "jit_cache_hook", "absent") == "absent":
+        return f"Triton {triton.__version__} has no knobs.runtime.jit_cache_hook (the gate was built on Triton 3.6)"
+    return None
+
+
+def require_gate(tree: Path, label: str) -> AmpereGateReport:
+    """The gate of `tree`, for an artifact about to be built from it: raise `RefusedError` (exit 2) when a kernel
+    fails to compile for sm_80/86, or when this interpreter cannot run the gate; return the passing report."""
+    from ..errors import RefusedError
+
+    reason = gate_unavailable()
+    if reason is not None:
+        raise RefusedError(
+            f"the Ampere gate cannot run here: {reason}; no artifact was built from {label}",
+            hint=f"{GATE_INSTALL} (Triton 3.6.0 and a CPU torch), or pass --no-ampere-gate to build without the "
+            "proof that the DSA kernels compile for sm_80/86 (recorded in the report)",
+        )
+    report = gate_tree(Path(tree), label=label)
+    if not report.ok:
+        failed = sorted({f"{k.qualname} (sm_{k.target}): {k.reason}" for k in report.kernels if not k.ok})
+        shown = "; ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+        raise RefusedError(
+            f"{label} fails the Ampere gate: {shown}",
+            hint="add a skew-fix entry that makes the kernel compile below sm_89 and compose again; "
+            "`vllm-compose ampere-gate` shows every kernel; no artifact was built",
+        )
+    return report
 
 
 def render(report: AmpereGateReport) -> str:
