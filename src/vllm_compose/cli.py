@@ -98,6 +98,14 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--offline", action="store_true")
     st.add_argument("--write", type=Path, metavar="FILE", help="put the table into FILE's marked section")
     st.add_argument("--json-dir", type=Path, metavar="DIR", help="also write each tag's report as DIR/TAG.json")
+    st.add_argument(
+        "--gpu-results",
+        type=Path,
+        default=Path("device/results"),
+        metavar="DIR",
+        help="device result files for the GPU column (default: device/results)",
+    )
+    st.add_argument("--no-ampere-gate", action="store_true", help="leave the Ampere gate column unfilled")
 
     sd = sub.add_parser("series-diff", help="per-entry diff of the compose branches of two tags")
     sd.add_argument("old", metavar="OLD_TAG")
@@ -456,22 +464,33 @@ def _image_overlay(args) -> int:
 def _status(args) -> int:
     from . import replay
     from .report import write_json
-    from .status import render_status, write_marked_section
+    from .series import version_of_tag
+    from .status import ReleaseStatus, render_status, write_marked_section
+    from .validation import ampere_gate
+    from .validation.gpu_evidence import collect_gpu_evidence
 
     cache = _cache(args)
     options = replay.ComposeOptions(offline=args.offline, keep_state=False)
-    results = []
+    gpu = collect_gpu_evidence(args.gpu_results)
+    unavailable = None if args.no_ampere_gate else ampere_gate.gate_unavailable()
+    rows = []
     for tag in args.onto:
         result = replay.Composer(args.series, args.repo, cache, options).run(tag)
-        results.append(result)
+        row = ReleaseStatus(result, gpu=gpu.get(str(version_of_tag(tag))))
+        if args.no_ampere_gate or unavailable:
+            row.gate = row.stock_gate = "--no-ampere-gate" if args.no_ampere_gate else unavailable
+        else:
+            row.gate = ampere_gate.gate_release(args.repo, args.series, tag) if result.status == "composed" else None
+            row.stock_gate = ampere_gate.gate_release(args.repo, args.series, tag, stock=True)
+        rows.append(row)
         print(f"{tag}: {result.status}", flush=True)
         if args.json_dir:
             write_json(args.json_dir / f"{tag}.json", result.to_json())
-    table = render_status(results)
+    table = render_status(rows)
     print(table, end="")
     if args.write:
         write_marked_section(args.write, table)
-    return ExitCode.OK if all(r.status == "composed" for r in results) else ExitCode.CONFLICT
+    return ExitCode.OK if all(r.compose.status == "composed" for r in rows) else ExitCode.CONFLICT
 
 
 def _ampere_path(args) -> int:

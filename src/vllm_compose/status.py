@@ -1,11 +1,17 @@
-"""The status table: for each release, what composing the series onto it took — generated, never hand-edited.
+"""The status table: for each release, what composing the series onto it took and what that was shown to do —
+generated, never hand-edited.
 
-`render_status(results)` turns compose results (one per tag) into a Markdown table; `write_marked_section` puts it
-between markers in a docs file so the rest of the page stays hand-written.
+One row per release, one column per kind of evidence, so "composed" never stands alone for "runs":
+composed (the compose wrote its branch) / audit / checks of the composed tree / the Ampere gate (the DSA-path Triton
+kernels, derived from the release's code, compiled for sm_80 and sm_86; the stock release's verdict beside it) /
+runs on a GPU (the configurations device result files show, validation.gpu_evidence) / the PR entries / the skew
+fixes. `render_status(rows)` writes the Markdown; `write_marked_section` puts it between markers in a docs file so
+the rest of the page stays hand-written.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ComposeError
@@ -46,28 +52,71 @@ def _checks_cell(result) -> str:
     return "; ".join(parts)
 
 
-def render_status(results: list) -> str:
-    """Markdown: one row per tag; columns: result, each PR entry, the local fixes applied, the checks."""
-    if not results:
+@dataclass
+class ReleaseStatus:
+    """The evidence about one release: its compose, the Ampere gate of the compose and of stock, its GPU runs."""
+
+    compose: object  # replay.ComposeResult
+    #: the gate's report of the compose branch, or why it was not run
+    gate: object | str | None = None  # ampere_gate.AmpereGateReport | str
+    #: the gate's report of the stock release, or why it was not run
+    stock_gate: object | str | None = None
+    gpu: object | None = None  # gpu_evidence.ReleaseEvidence
+
+
+def _gate_cell(report, stock) -> str:
+    def one(r) -> str:
+        if r is None:
+            return "not run"
+        if isinstance(r, str):
+            return f"not run ({r})"
+        bad = sorted({k.qualname for k in r.kernels if not k.ok})
+        specs = sum(r.derived.values())
+        if not bad:
+            return f"pass ({len(r.kernels)} kernel x arch, {specs} specializations)"
+        return f"FAIL ({len(bad)}: {', '.join(bad)})"
+
+    return f"{one(report)}; stock: {one(stock)}"
+
+
+def render_status(rows: list[ReleaseStatus]) -> str:
+    """Markdown: one row per release; columns: composed, audit, checks, Ampere gate (compose; stock), GPU runs, each
+    PR entry, the local fixes applied."""
+    if not rows:
         return "(no releases composed)\n"
+    results = [row.compose for row in rows]
     pr_ids = []
     for r in results:
         for e in r.entries:
             if e.id.startswith("pr") and e.id not in pr_ids:
                 pr_ids.append(e.id)
-    head = ["tag", "result", *pr_ids, "skew fixes applied", "checks of the composed tree"]
+    head = [
+        "tag",
+        "composed",
+        "audit",
+        "checks of the composed tree",
+        "Ampere gate, sm_80 + sm_86 (compose; stock)",
+        "run on a GPU",
+        *pr_ids,
+        "skew fixes applied",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in results:
+    for row in rows:
+        r = row.compose
         by_id = {e.id: e for e in r.entries}
         fixes = [e.id for e in r.entries if e.id not in pr_ids and e.status == "applied"]
-        row = [
+        composed = r.status == "composed"
+        cells = [
             r.tag,
-            {"composed": "composed", "conflict": "**conflict**", "refused": "**refused**"}[r.status],
+            {"composed": "yes", "conflict": "**conflict**", "refused": "**refused**"}[r.status],
+            "clean" if composed else "—",  # the branch is written only when the audit is clean
+            _checks_cell(r),
+            _gate_cell(row.gate, row.stock_gate),
+            row.gpu.summary() if row.gpu is not None else "none",
             *[_entry_cell(by_id[p]) if p in by_id else "—" for p in pr_ids],
             f"{len(fixes)}: " + ", ".join(fixes) if fixes else "0",
-            _checks_cell(r),
         ]
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append("| " + " | ".join(cells) + " |")
     problems = [(r.tag, r.message) for r in results if r.status != "composed"]
     if problems:
         lines += ["", "Stopped or refused:", ""] + [f"- {tag}: {msg.splitlines()[0]}" for tag, msg in problems]
