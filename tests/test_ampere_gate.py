@@ -19,7 +19,7 @@ from vllm_compose.validation.kernel_gate import KernelGateError, load_records, r
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 STOCK_TREE = Path(os.environ.get("VC_STOCK_VLLM_TREE", "/tmp/v0260/vllm-0.26.0"))
-COMPOSED_TREE = Path(os.environ.get("VC_COMPOSED_VLLM_TREE", "/tmp/series-work/final"))
+COMPOSED_TREE = Path(os.environ.get("VC_COMPOSED_VLLM_TREE", "/work/vr/c-v0.26.0"))
 
 HELPERS = """\
 from vllm.triton_utils import tl, triton
