@@ -38,21 +38,12 @@ def toy_image(tmp_path) -> dict[str, Path]:
     return {"series": series, "sources": tmp_path / "sources", "site": site}
 
 
-def overlay(t: dict[str, Path], *extra: str) -> int:
-    return main(
-        [
-            "image-overlay",
-            "--site-packages",
-            str(t["site"]),
-            "--series",
-            str(t["series"]),
-            "--sources",
-            str(t["sources"]),
-            "--offline",
-            "--no-ampere-gate",  # a toy tree has no DSA path; test_artifact_cli covers the gate's wiring
-            *extra,
-        ]
-    )
+def overlay(t: dict[str, Path], *extra: str, ampere_gate: bool = False) -> int:
+    """`image-overlay` onto the toy site-packages; without the Ampere gate unless asked (a toy tree has no DSA path:
+    the gate's wiring is tested with a stand-in report)."""
+    argv = ["image-overlay", "--site-packages", str(t["site"]), "--series", str(t["series"])]
+    argv += ["--sources", str(t["sources"]), "--offline", *([] if ampere_gate else ["--no-ampere-gate"])]
+    return main([*argv, *extra])
 
 
 def test_overlay_installs_and_relabels(toy_image, tmp_path) -> None:
@@ -224,20 +215,7 @@ def test_a_compose_failing_the_ampere_gate_leaves_site_packages_untouched(toy_im
     monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": failing)
     before = {p: p.read_bytes() for p in toy_image["site"].rglob("*") if p.is_file()}
     report = tmp_path / "overlay.json"
-    rc = main(
-        [
-            "image-overlay",
-            "--site-packages",
-            str(toy_image["site"]),
-            "--series",
-            str(toy_image["series"]),
-            "--sources",
-            str(toy_image["sources"]),
-            "--offline",
-            "--json",
-            str(report),
-        ]
-    )
+    rc = overlay(toy_image, "--json", str(report), ampere_gate=True)
     assert rc == 2
     data = json.loads(report.read_text())
     assert data["status"] == "refused" and data["ampere_gate"]["ok"] is False
