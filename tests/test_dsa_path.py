@@ -428,3 +428,68 @@ def test_fp8_dtype_passed_to_a_helper_counts_where_the_helper_converts(tmp_path)
     assert got["_quant"].handling is Handling.SOFTWARE_E4M3
     assert {u.via for u in got["_quant"].blocker.uses} == {"to_e4m3fn"}
     assert "to_e4m3fn" not in got  # the helper alone names no fp8 dtype: its callers carry the use
+
+
+#: the indexer's DCP merge in miniature (v0.33.0's `_merge_dcp_topk_global` and its CuTeDSL warm-up): CuTeDSL calls
+#: after an early return of their own function on the DCP size, and behind `self.dcp_world_size > 1`
+DCP = {
+    "vllm/model_executor/layers/sparse_attn_indexer.py": """
+        from vllm.platforms import current_platform
+        from vllm.utils.deep_gemm import fp8_mqa_logits, is_deep_gemm_supported
+        from vllm.v1.attention.ops.mqa_logits_triton import fp8_mqa_logits_triton
+
+        def _merge_dcp_topk_global(logits, topk_indices, dcp_world_size):
+            \"\"\"Merge each DCP rank's local top-K into the global top-K.\"\"\"
+            if dcp_world_size <= 1:
+                return
+            from vllm.model_executor.kernels.dsa.dcp_indexer_cutedsl import pack_dcp_topk_candidates_cutedsl
+            pack_dcp_topk_candidates_cutedsl(logits, topk_indices)
+
+        class SparseAttnIndexer:
+            def __init__(self, parallel_config):
+                self.dcp_world_size = parallel_config.decode_context_parallel_size
+                if self.dcp_world_size > 1 and current_platform.is_cuda():
+                    from vllm.model_executor.kernels.dsa.dcp_indexer_cutedsl import _PACK_DCP_KERNEL
+                    _PACK_DCP_KERNEL.register_warmup()
+
+        def sparse_attn_indexer(q, dcp_world_size=1):
+            logits = fp8_mqa_logits(q) if is_deep_gemm_supported() else fp8_mqa_logits_triton(q)
+            _merge_dcp_topk_global(logits, q, dcp_world_size)
+            return logits
+    """,
+}
+
+
+def test_early_return_of_the_enclosing_function_on_a_contract_value_is_off(tmp_path):
+    stock = write_tree(tmp_path / "s", DCP)
+    path = dsa_path.ampere_path(write_tree(tmp_path / "c", COMPOSE, DCP), stock, "v0")
+    got = by_function(path)
+    merge = got["_merge_dcp_topk_global"]
+    assert merge.blocker.kind == "cutedsl" and merge.blocker.reach == "off-contract"
+    assert merge.handling is Handling.OFF_BY_CONTRACT
+    assert merge.blocker.guard == (
+        "decode context parallel off (DCP size 1, the Ampere launch contract) (`dcp_world_size <= 1` returns early)"
+    )
+    warmup = got["SparseAttnIndexer.__init__"]  # the warm-up behind `self.dcp_world_size > 1`, set from the config
+    assert warmup.blocker.what == "_PACK_DCP_KERNEL.register_warmup"
+    assert warmup.handling is Handling.OFF_BY_CONTRACT
+    assert warmup.blocker.guard.startswith("decode context parallel off (DCP size 1, the Ampere launch contract): ")
+    assert "self.dcp_world_size = parallel_config.decode_context_parallel_size" in warmup.blocker.guard
+    # off whatever the compose does: counted with the release's own guards, never as the compose's
+    assert not Handling.OFF_BY_CONTRACT.by_compose and Handling.OFF_BY_CONTRACT.handled
+    assert not [c for c in path.classified if c.blocker.kind == "cutedsl" and not c.handling.handled]
+
+
+def test_early_return_on_a_value_the_analysis_cannot_decide_stays_flagged(tmp_path):
+    undecided = {
+        path: text.replace("dcp_world_size <= 1", "num_ranks <= 1").replace(
+            "(logits, topk_indices, dcp_world_size)", "(logits, topk_indices, num_ranks)"
+        )
+        for path, text in DCP.items()
+    }
+    assert "num_ranks <= 1" in undecided["vllm/model_executor/layers/sparse_attn_indexer.py"]
+    stock = write_tree(tmp_path / "s", undecided)
+    got = by_function(dsa_path.ampere_path(write_tree(tmp_path / "c", COMPOSE, undecided), stock, "v0"))
+    merge = got["_merge_dcp_topk_global"]
+    assert merge.handling is Handling.NOT_HANDLED
+    assert merge.blocker.reach == "on" and merge.blocker.guard == "unguarded"

@@ -16,7 +16,10 @@ The steps, each a public function:
   whether each one's `supports_compute_capability` admits sm_80 and sm_86.
 * `path_modules(tree, ...)`: the forward closure (see `BOUND`).
 * `scan_blockers(tree, modules)`: arch-limited Triton features in `@triton.jit` functions and calls into native
-  libraries that need sm_89+/sm_90+, each with its guard.
+  libraries that need sm_89+/sm_90+, each with its guard: a condition around it or an `if ...: return` before it
+  (its function's own early returns included), a callee's early return, its callers' conditions — evaluated as a
+  sm_80/86 CUDA process sees them, and apart from that under the Ampere launch contract (`LAUNCH_CONTRACT`: e.g.
+  decode context parallel off, so code after `if dcp_world_size <= 1: return` never runs).
 * `ampere_path(composed, stock, tag)`: all of the above for both trees, and each composed-tree blocker classified by
   `classify` (the rules are in its docstring; what no rule covers is `Handling.UNCLASSIFIED`, never dropped).
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import operator
 import re
 import weakref
 from dataclasses import dataclass, field
@@ -92,6 +96,18 @@ AMPERE_CONSTEXPR: dict[str, tuple[bool, str]] = {
     "QUANTIZE_MQA": (False, "off with a bf16 KV cache (QUANTIZE_MQA)"),
     # tensor-descriptor gather in the Triton MoE: `resolve_moe_use_td()` is false on CUDA unless VLLM_TRITON_USE_TD=1
     "USE_TD": (False, "off on CUDA unless VLLM_TRITON_USE_TD=1 (USE_TD)"),
+}
+
+#: values the Ampere launch contract (PP/TP only, a bf16 KV cache) fixes outside jit code, for the conditions of
+#: ordinary Python: a name here counts with its value as a plain name (a parameter, a local), `self.name` or a
+#: config field `x.name`, unless a caller binds it to a known value. What a condition on these keeps off is off by
+#: how Ampere runs are launched, not by the GPU: "off under the launch contract" (`classify`), never "by the
+#: compose". Why each value holds on Ampere:
+LAUNCH_CONTRACT: dict[str, tuple[object, str]] = {
+    # `--decode-context-parallel-size` is never given: `ParallelConfig.decode_context_parallel_size` stays 1
+    "decode_context_parallel_size": (1, "decode context parallel off (DCP size 1, the Ampere launch contract)"),
+    # the indexer's DCP size, set from that field (`self.dcp_world_size`) and passed on as a parameter
+    "dcp_world_size": (1, "decode context parallel off (DCP size 1, the Ampere launch contract)"),
 }
 
 #: words that make an `if` a guard worth naming (its source text, aliases expanded, contains one)
@@ -223,8 +239,9 @@ class Blocker:
     #: the condition that keeps it off sm_8x, else the nearest guarding condition (aliases in brackets), or
     #: "unguarded"; for a jit kernel, of its launches (followed to their callers)
     guard: str = "unguarded"
-    #: "off": it does not run on sm_80/86 (the guard says why); "on": it does; "unknown": an arch guard the
-    #: evaluator cannot decide
+    #: "off": it does not run on sm_80/86 (the guard says why); "off-contract": it does not run there under the
+    #: Ampere launch contract (`LAUNCH_CONTRACT`, e.g. DCP size 1), whatever the GPU; "on": it does; "unknown": an
+    #: arch guard the evaluator cannot decide
     reach: str = "on"
     uses: list[TritonUse] = field(default_factory=list)
     #: for a jit helper: the jit functions that call it
@@ -260,6 +277,7 @@ class Handling(enum.Enum):
     DEEP_GEMM_FALLBACK = "DeepGEMM behind is_deep_gemm_supported(), Triton fallback"  # PR #38476's fallback
     GATED_BY_COMPOSE = "gated by the compose"  # an arch guard the stock tree lacks (e.g. 0007's sm_89 gate)
     GATED_UPSTREAM = "gated upstream"  # the release's own arch guard
+    OFF_BY_CONTRACT = "off under the launch contract"  # the release's own condition on a LAUNCH_CONTRACT value
     REMOVED_BY_COMPOSE = "removed by the compose"  # in the stock tree only
     NOT_HANDLED = "NOT HANDLED"
     UNCLASSIFIED = "unclassified"
@@ -606,8 +624,9 @@ def dsa_model_classes(tree: FileTree) -> list[ServingClass]:
 
 
 def _eval(node: ast.expr, env: dict[str, object]) -> object:
-    """A small evaluator for config conditions: constants, tuples, `in`/`==`/`!=`, `and`/`or`/`not`, the names and
-    dotted attributes of `env`, and platform calls (for CUDA). Returns `_UNKNOWN` for anything else."""
+    """A small evaluator for config conditions: constants, tuples, one comparison (`in`, `==`, `<`, ...),
+    `and`/`or`/`not`, the names and dotted attributes of `env`, and platform calls (for CUDA). Returns `_UNKNOWN` for
+    anything else."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
@@ -637,6 +656,8 @@ def _eval(node: ast.expr, env: dict[str, object]) -> object:
                 return left == right
             if isinstance(op, ast.NotEq):
                 return left != right
+            if type(op) in _ORDER:
+                return _ORDER[type(op)](left, right)
         except TypeError:
             return _UNKNOWN
     if isinstance(node, ast.Call):
@@ -647,6 +668,7 @@ def _eval(node: ast.expr, env: dict[str, object]) -> object:
 
 
 _UNKNOWN = object()
+_ORDER = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
 def _model_type_test(node: ast.expr) -> bool:
@@ -719,14 +741,6 @@ def _capability_value(node: ast.expr, arg: str, cap: tuple[int, int]) -> bool | 
     """`supports_compute_capability`'s return expression for capability `cap`; None when not evaluable."""
     env = {f"{arg}.major": cap[0], f"{arg}.minor": cap[1], arg: cap}
     v = _eval(node, env)
-    if v is _UNKNOWN and isinstance(node, ast.Compare) and len(node.ops) == 1:
-        left, right = _eval(node.left, env), _eval(node.comparators[0], env)
-        if _UNKNOWN not in (left, right):
-            op = type(node.ops[0])
-            try:
-                return {ast.Gt: left > right, ast.GtE: left >= right, ast.Lt: left < right, ast.LtE: left <= right}[op]
-            except (KeyError, TypeError):
-                return None
     return None if v is _UNKNOWN else bool(v)
 
 
@@ -956,13 +970,32 @@ class _Ampere:
     ternaries; a local name or `self.x` whose assignments all give one value; a call of a function of the tree, by
     its early `if ...: return ...` statements and final `return` (arguments bound). Last resort, a call named
     `*_supported(...)` that the tree cannot answer is taken as false (a probe for a kernel of a newer GPU).
+    With `contract`, also the `LAUNCH_CONTRACT` values (`dcp_world_size` is 1); `plain` is the same evaluator
+    without them, to tell what the GPU decides from what the launch contract decides.
     """
 
     #: a value known not to be None whose content is not known (an imported function, a tensor)
     SOMETHING = object()
 
-    def __init__(self, src: _Source) -> None:
+    def __init__(self, src: _Source, contract: bool = True) -> None:
         self.src = src
+        #: whether `LAUNCH_CONTRACT` values count
+        self.contract = contract
+        #: the evaluator without them (made on first use)
+        self._plain: _Ampere | None = None if contract else self
+
+    @property
+    def plain(self) -> _Ampere:
+        """The same evaluator without the launch contract: what the GPU and the platform decide alone."""
+        if self._plain is None:
+            self._plain = _Ampere(self.src, contract=False)
+        return self._plain
+
+    def _contract(self, name: str) -> object:
+        """The launch-contract value of `name` (the last part of a dotted name), or `_UNKNOWN`."""
+        if not self.contract or name not in LAUNCH_CONTRACT:
+            return _UNKNOWN
+        return LAUNCH_CONTRACT[name][0]
 
     def value(self, expr: ast.expr, where: ast.AST, bindings: dict | None = None, depth: int = 0) -> object:
         if depth > 24:
@@ -972,12 +1005,16 @@ class _Ampere:
         if isinstance(expr, ast.Constant):
             return expr.value
         if isinstance(expr, ast.Name):
-            if expr.id in bindings:
-                return bindings[expr.id]
+            if expr.id in bindings and (bindings[expr.id] is not _UNKNOWN or self._contract(expr.id) is _UNKNOWN):
+                return bindings[expr.id]  # a known argument wins over the contract; an unknown one does not
             if expr.id in AMPERE_CONSTEXPR:
                 return AMPERE_CONSTEXPR[expr.id][0]
+            if self._contract(expr.id) is not _UNKNOWN:
+                return self._contract(expr.id)
             return self._assigned(expr.id, where, depth)
         if isinstance(expr, ast.Attribute):
+            if self._contract(expr.attr) is not _UNKNOWN:
+                return self._contract(expr.attr)
             if isinstance(expr.value, ast.Name) and expr.value.id == "self":
                 return self._assigned(f"self.{expr.attr}", where, depth)
             return _UNKNOWN
@@ -1139,29 +1176,58 @@ class _Ampere:
 
 @dataclass(frozen=True)
 class _Reach:
-    """Whether code runs on Ampere: "off" (a condition over it is false there), "on", "unknown" (an arch guard the
-    evaluator cannot decide), "off-cuda" (a platform condition keeps it off CUDA); the condition that says so."""
+    """Whether code runs on Ampere: "off" (a condition over it is false there), "off-contract" (false there only by
+    a `LAUNCH_CONTRACT` value), "on", "unknown" (an arch guard the evaluator cannot decide), "off-cuda" (a platform
+    condition keeps it off CUDA); the condition that says so."""
 
     status: str
     guard: str
 
 
 def _reach(src: _Source, amp: _Ampere, node: ast.AST, stop: ast.AST | None = None) -> _Reach:
-    """Whether `node` runs on sm_80/86 by the conditions over it in its function (`_conditions`)."""
+    """Whether `node` runs on sm_80/86 by the conditions over it in its function (`_conditions`: the `if`s around it
+    and the earlier `if ...: return` of its blocks, the function's own early returns included). A condition the GPU
+    and the platform decide wins over one only the launch contract decides ("off-contract")."""
     _, text = src.file_of(node)
     nearest: _Reach | None = None
+    by_contract: _Reach | None = None
     for test, negated in _conditions(src, node, stop):
         aliases = _aliases(src, text, node, test)
         whole = " ".join([ast.unparse(test), *aliases])
         shown = _shown(text, test, negated, aliases)
-        value = amp.value(test, node)
+        value = amp.plain.value(test, node)
         if value is not _UNKNOWN and bool(value) == negated:
             arch = any(w in whole for w in ARCH_WORDS)
             return _Reach("off" if arch or "is_cuda" in whole else "off-cuda", shown)
+        if value is _UNKNOWN and by_contract is None:
+            under = amp.value(test, node)
+            if under is not _UNKNOWN and bool(under) == negated:
+                by_contract = _Reach("off-contract", _contract_guard(src, text, node, test, whole, shown))
         if nearest is None and any(w in whole for w in GUARD_WORDS):
             unknown = value is _UNKNOWN and any(w in whole for w in ARCH_WORDS)
             nearest = _Reach("unknown" if unknown else "on", shown)
-    return nearest or _Reach("on", "unguarded")
+    return by_contract or nearest or _Reach("on", "unguarded")
+
+
+def _contract_reason(condition: str) -> str:
+    """Why the `LAUNCH_CONTRACT` names in `condition` (source text) have their values on Ampere."""
+    used = [name for name in LAUNCH_CONTRACT if re.search(rf"\b{name}\b", condition)]
+    return "; ".join(dict.fromkeys(LAUNCH_CONTRACT[name][1] for name in used)) or "the Ampere launch contract"
+
+
+def _contract_guard(src: _Source, text: str, node: ast.AST, test: ast.expr, whole: str, shown: str) -> str:
+    """The guard of a condition only the launch contract decides: the contract's reasons, then the condition —
+    "`X` returns early" for an earlier `if X: return` (or raise, continue, break), else the condition `node` needs
+    (`shown`, aliases included)."""
+    reason = _contract_reason(whole)
+    owner = src.parents.get(test)
+    cur = src.parents.get(node)
+    while cur is not None and cur is not owner:
+        cur = src.parents.get(cur)
+    if isinstance(owner, ast.If) and cur is None:  # an earlier statement, not one around `node`
+        exit_ = {ast.Return: "returns early", ast.Raise: "raises"}.get(type(owner.body[-1]), "leaves the block")
+        return f"{reason} (`{_text(text, test, 120)}` {exit_})"
+    return f"{reason}: runs only where {shown}"
 
 
 def _cond_text(text: str, test: ast.expr, negated: bool, limit: int = 80) -> str:
@@ -1377,17 +1443,19 @@ def _reach_through_callers(
     src: _Source, amp: _Ampere, modules: list[str], sites: list[tuple[str, ast.AST]], depth: int = 0, seen=None
 ) -> _Reach:
     """Whether code reached from `sites` (launches or calls) runs on Ampere: every site off (by its own conditions,
-    or, for a site that is on, by the callers of its function, up to three levels) -> off; any site on -> on."""
+    or, for a site that is on, by the callers of its function, up to three levels) -> off ("off-contract" when some
+    site is off only by the launch contract); any site on -> on."""
     seen = set() if seen is None else seen
     if not sites:
         return _Reach("on", "not launched in the closure")
-    guards, unknown = [], None
+    guards, unknown, by_contract = [], None, False
     for _, call in sites:
         r = _reach(src, amp, call)
         if r.status == "off-cuda":
             continue
-        if r.status == "off":
+        if r.status in ("off", "off-contract"):
             guards.append(r.guard)
+            by_contract |= r.status == "off-contract"
             continue
         if r.status == "unknown":
             unknown = unknown or r
@@ -1397,14 +1465,15 @@ def _reach_through_callers(
             return r
         seen.add(fn.name)
         up = _reach_through_callers(src, amp, modules, _launchers(src, modules, fn.name, False), depth + 1, seen)
-        if up.status != "off":
+        if up.status not in ("off", "off-contract"):
             return up if up.status == "unknown" else r
         guards.append(f"{fn.name}() called only where {up.guard}")
+        by_contract |= up.status == "off-contract"
     if unknown is not None:
         return unknown
     if not guards:
         return _Reach("off-cuda", "every launch is off CUDA")
-    return _Reach("off", "; ".join(dict.fromkeys(guards)))
+    return _Reach("off-contract" if by_contract else "off", "; ".join(dict.fromkeys(guards)))
 
 
 def scan_blockers(tree: FileTree, modules: list[str]) -> list[Blocker]:
@@ -1476,8 +1545,9 @@ def _native_calls(
     src: _Source, amp: _Ampere, modules: list[str], path: str, mod: ast.Module, jits: dict
 ) -> list[Blocker]:
     """The calls into native libraries in module `path` (outside its jit functions), each with whether it runs on
-    sm_8x: by the conditions over it, by an early return of the callee (a wrapper in the tree that gates itself),
-    or by the callers of its function."""
+    sm_8x: by the conditions over it (its function's own early returns included), by an early return of the callee
+    (a wrapper in the tree that gates itself), or by the callers of its function; each by the GPU first, then by
+    the launch contract ("off-contract")."""
     imports = _imports(src, path)
     out: list[Blocker] = []
     seen: set[tuple] = set()
@@ -1517,14 +1587,17 @@ def _native_calls(
         if callee is not None and _is_probe(callee):
             continue
         if reach.status == "on" and callee is not None:
-            _, early = amp.returns(callee, amp._bind(callee, node, node, {}, 0))
-            if early is not None:
-                reach = _Reach("off", f"{f.id}() returns early: {early}")
+            for evaluator, status in ((amp.plain, "off"), (amp, "off-contract")):
+                _, early = evaluator.returns(callee, evaluator._bind(callee, node, node, {}, 0))
+                if early is not None:
+                    why = f" ({_contract_reason(early)})" if status == "off-contract" else ""
+                    reach = _Reach(status, f"{f.id}() returns early: {early}{why}")
+                    break
         if reach.status == "on":
             fn = _enclosing(src, node, (ast.FunctionDef, ast.AsyncFunctionDef))
             if fn is not None and not fn.name.startswith("__"):
                 up = _reach_through_callers(src, amp, modules, _launchers(src, modules, fn.name, False))
-                if up.status in ("off", "unknown") and up.guard != "not launched in the closure":
+                if up.status in ("off", "off-contract", "unknown") and up.guard != "not launched in the closure":
                     reach = _Reach(up.status, f"{fn.name}() called only where {up.guard}")
         if reach.status == "off-cuda":
             continue
@@ -1604,8 +1677,11 @@ def classify(blocker: Blocker, stock: Blocker | None, composed_path: TreePath) -
        in a function that also calls a Triton fallback from `mqa_logits_triton` (PR #38476); GATED_UPSTREAM when
        the stock blocker was off by the same guard; else GATED_BY_COMPOSE (a guard the compose added, e.g. 0007's
        `has_device_capability(89)`).
-    5. reach "unknown" (an arch guard the evaluator cannot decide) -> UNCLASSIFIED, with the guard.
-    6. reach "on" -> NOT_HANDLED, with the live uses or "unguarded" / the guard that lets sm_8x through.
+    5. reach "off-contract" (a condition on a `LAUNCH_CONTRACT` value, e.g. `if dcp_world_size <= 1: return` at the
+       top of its function) -> OFF_BY_CONTRACT, with the guard: off under how Ampere runs are launched, whatever
+       the compose does (so never counted as the compose's).
+    6. reach "unknown" (an arch guard the evaluator cannot decide) -> UNCLASSIFIED, with the guard.
+    7. reach "on" -> NOT_HANDLED, with the live uses or "unguarded" / the guard that lets sm_8x through.
     Anything else -> UNCLASSIFIED. Blockers only in the stock tree are REMOVED_BY_COMPOSE (`ampere_path`).
     """
     if blocker.kind == "backend":
@@ -1619,7 +1695,7 @@ def classify(blocker: Blocker, stock: Blocker | None, composed_path: TreePath) -
         for b in composed_path.blockers:
             if b.path == blocker.path and b.function in blocker.called_from:
                 through = [u for u in b.uses if u.via == blocker.function and u.pruned is None]
-                if through and b.reach != "off":
+                if through and b.reach not in ("off", "off-contract"):
                     return Handling.NOT_HANDLED, f"jit helper; live in {b.function}: " + _live(through)
                 verdicts.append(b.function)
         return Handling.PRUNED, "jit helper; every caller prunes it or is off on sm_8x: " + ", ".join(verdicts)
@@ -1630,6 +1706,8 @@ def classify(blocker: Blocker, stock: Blocker | None, composed_path: TreePath) -
         if stock is not None and stock.reach == "off" and _same_guard(stock.guard, blocker.guard):
             return Handling.GATED_UPSTREAM, blocker.guard
         return Handling.GATED_BY_COMPOSE, blocker.guard
+    if blocker.reach == "off-contract":
+        return Handling.OFF_BY_CONTRACT, blocker.guard
     if blocker.reach == "unknown":
         return Handling.UNCLASSIFIED, f"arch guard not decidable for sm_8x: {blocker.guard}"
     if blocker.reach == "on":
