@@ -6,8 +6,9 @@ own code: stock trees from their PyPI sdists (cached, marked `sdist`), composed 
 present (composing needs the PR diffs, which CI cannot fetch: skipped there, saying so).
 
 Composed v0.29.0+ pass because the series carries `deepseek_v32/common/e4m3.py` (0025) and its use in the fused
-kernels (0026/0027); without them stock fails on exactly those kernels. Those entries need no PR diff, so CI applies
-them alone onto the stock sdists and gates the result.
+kernels (0026/0027), and every compose because 0030 packs the indexer's ragged-decode fp8 Q as uint8; without them
+stock fails on exactly those kernels. Those entries need no PR diff, so CI applies them alone onto the stock sdists
+and gates the result.
 
 Gate wall time (`vllm-compose ampere-gate`, both targets, 16-core CPU, Triton 3.6.0), measured 2026-12-01: composed
 v0.26.0 74 s with an empty Triton cache, 7.7 s warm; compose branch v0.30.0 from /work/vr/repo 19 s (cache warm
@@ -253,10 +254,10 @@ def stock_trees(tmp_path_factory):
 
 
 @pytest.mark.sdist
-def test_stock_0_26_0_fails_on_the_fused_indexer_q_kernel(stock_trees):
+def test_stock_0_26_0_fails_on_the_fused_indexer_q_kernel_and_the_ragged_decode_pack(stock_trees):
     report = gate_tree(stock_trees["v0.26.0"], "stock v0.26.0")
     failed = {(k.qualname, k.target) for k in report.kernels if not k.ok}
-    assert failed == {("_fused_indexer_q_rope_quant_kernel", 80), ("_fused_indexer_q_rope_quant_kernel", 86)}
+    assert failed == {(q, t) for q in ("_fused_indexer_q_rope_quant_kernel", "_pack_seq_kernel") for t in (80, 86)}
     assert all("fp8e4nv not supported" in k.reason for k in report.kernels if not k.ok)
     outcomes = {o.driver: o.status for o in report.drivers["sm_80"]}
     assert outcomes["mqa_logits_triton (PR #38476 indexer logits)"] == "not on path"
@@ -265,11 +266,11 @@ def test_stock_0_26_0_fails_on_the_fused_indexer_q_kernel(stock_trees):
 
 @pytest.mark.sdist
 @pytest.mark.parametrize("tag", ["v0.29.0", "v0.30.0", "v0.33.0"])
-def test_stock_0_29_on_fails_on_the_deepseek_v32_fused_kernels(stock_trees, tag):
+def test_stock_0_29_on_fails_on_the_deepseek_v32_fused_kernels_and_the_ragged_decode_pack(stock_trees, tag):
     report = gate_tree(stock_trees[tag], f"stock {tag}")
     failed = {k.qualname for k in report.kernels if not k.ok}
-    assert {"_fused_q_kernel", "_fused_norm_rope_kernel"} <= failed
-    assert failed <= {"_fused_q_kernel", "_fused_norm_rope_kernel"}
+    pack = "_pack_seq_kernel" if tag == "v0.29.0" else "PackSeqTritonKernel.kernel"  # a class from v0.30.0
+    assert failed == {"_fused_q_kernel", "_fused_norm_rope_kernel", pack}
     assert all("fp8e4nv not supported" in k.reason for k in report.kernels if not k.ok)
     assert not report.ok
 
@@ -301,28 +302,30 @@ def test_composed_0_29_on_passes(tag):
     json.dumps(report.to_json())
 
 
-#: the series entries that touch vllm/models/deepseek_v32's kernels, per release: they need neither PR diff, so CI
-#: (which cannot fetch the diffs) applies them alone onto the stock sdist trees
-DEEPSEEK_V32_FIXES = {
-    "v0.29.0": ("0025-", "0026-"),
-    "v0.30.0": ("0025-", "0026-"),
-    "v0.33.0": ("0025-", "0027-"),
+#: the series entries that fix stock kernels for sm_80/86, per release: the deepseek_v32 fused kernels (0025-0027)
+#: and the indexer's ragged-decode pack (0030). They need neither PR diff, so CI (which cannot fetch the diffs)
+#: applies them alone onto the stock sdist trees
+STOCK_KERNEL_FIXES = {
+    "v0.29.0": ("0025-", "0026-", "0030-"),
+    "v0.30.0": ("0025-", "0026-", "0030-"),
+    "v0.33.0": ("0025-", "0027-", "0030-"),
 }
 
 
 @pytest.mark.sdist
-@pytest.mark.parametrize("tag", sorted(DEEPSEEK_V32_FIXES))
-def test_the_series_deepseek_v32_fixes_alone_make_the_stock_failures_compile(stock_trees, tag, tmp_path):
+@pytest.mark.parametrize("tag", sorted(STOCK_KERNEL_FIXES))
+def test_the_series_kernel_fixes_alone_make_the_stock_failures_compile(stock_trees, tag, tmp_path):
     from vllm_compose.apply import apply_patches
     from vllm_compose.patchfile import parse_patch
 
     tree = tmp_path / "tree"
     shutil.copytree(stock_trees[tag] / "vllm", tree / "vllm")
-    files = sorted(p for p in SERIES_PATCHES.glob("*.patch") if p.name.startswith(DEEPSEEK_V32_FIXES[tag]))
-    assert len(files) == 2
+    files = sorted(p for p in SERIES_PATCHES.glob("*.patch") if p.name.startswith(STOCK_KERNEL_FIXES[tag]))
+    assert len(files) == 3
     result = apply_patches(tree, [parse_patch(f.read_bytes(), name=f.name) for f in files])
     assert result.exit_code == 0
     report = gate_tree(tree, f"stock {tag} + {', '.join(f.name[:4] for f in files)}")
     assert [(k.qualname, k.target, k.reason) for k in report.kernels if not k.ok] == []
     fused = {(k.qualname, k.target) for k in report.kernels if k.module.endswith("deepseek_v32.common.kernels")}
     assert {("_fused_q_kernel", 80), ("_fused_q_kernel", 86), ("_fused_norm_rope_kernel", 80)} <= fused
+    assert any(k.module.endswith("ops.common") and "pack" in k.qualname.lower() for k in report.kernels)

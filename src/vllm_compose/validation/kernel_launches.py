@@ -680,6 +680,55 @@ def _mqa_logits(rel: Release) -> None:
             rel.call(decode, known, what="fp8_paged_mqa_logits_triton")
 
 
+def _indexer_decode_padding(rel: Release) -> None:
+    """The indexer's ragged-decode repacking (`sparse_attn_indexer`, every release): when a decode batch mixes
+    lengths (MTP, or a chunked-prefill tail shorter than 1 + MTP tokens) the FP8 path packs the fp8 Q of the decode
+    tokens per request with `pack_seq_triton` before the paged logits, and unpacks the top-k indices with
+    `unpack_seq_triton`. The pack call is the release's own: its source (the `pack_seq_triton(...)` calls in the
+    `else` of `if q_scale is not None:`, the FP4 path being the `if`) is evaluated with the indexer's locals."""
+    torch = _torch()
+    mod = "vllm.model_executor.layers.sparse_attn_indexer"
+    pack_calls = _fp8_pack_calls(rel, mod)
+    pack = rel.value(mod, "pack_seq_triton")
+    unpack = rel.value(mod, "unpack_seq_triton")
+    for model in MODELS:
+        h, d = model.index_n_heads, model.index_head_dim
+        for next_n in DECODE_NEXT_N[1:]:  # ragged needs at least two lengths
+            lens = torch.tensor([next_n - 1, next_n] * DECODE_REQUESTS, dtype=torch.int32)
+            tokens = int(lens.sum())
+            local = {
+                "torch": torch,
+                "pack_seq_triton": pack,
+                "q_quant": torch.zeros(tokens, h, d, dtype=torch.float8_e4m3fn),
+                "num_decode_tokens": tokens,
+                "decode_lens": lens,
+            }
+            for call in pack_calls:
+                eval(call, local)  # noqa: S307 - the release's own call expression
+            packed = torch.zeros(len(lens), next_n, model.index_topk, dtype=torch.int32)
+            rel.call(unpack, {"packed_tensor": packed, "lengths": lens}, what="unpack_seq_triton")
+
+
+def _fp8_pack_calls(rel: Release, module: str) -> list:
+    """The compiled `pack_seq_triton(...)` call expressions of the indexer's FP8 ragged-decode branch."""
+    path = rel.loader.module_file(module)
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "q_scale is not None":
+            for stmt in node.orelse:
+                for sub in ast.walk(stmt):
+                    if isinstance(sub, ast.Call) and ast.unparse(sub.func) == "pack_seq_triton":
+                        calls.append(compile(ast.Expression(sub), str(path), "eval"))
+    if not calls:
+        raise DriverError(
+            f"no pack_seq_triton call in the FP8 branch (`else` of `if q_scale is not None:`) of {module} in "
+            f"{rel.label}",
+            file=str(path),
+            hint="read how the release packs ragged decode queries and teach _indexer_decode_padding",
+        )
+    return calls
+
+
 def _triton_mla_sparse(rel: Release) -> None:
     """TRITON_MLA_SPARSE (PR #38476): the backend impl's own `_warmup_autotune` (every split candidate, and the
     logits warmups at block size 64) and `_forward_bf16_kv` for prefill and decode rows, with a stub impl `self`
@@ -905,6 +954,9 @@ DRIVERS: tuple[Driver, ...] = (
         _triton_mla_sparse,
         "vllm.v1.attention.backends.mla.triton_mla_sparse",
         absent_means="not on this tree's path (PR #38476 not in it)",
+    ),
+    Driver(
+        "indexer ragged-decode Q packing", _indexer_decode_padding, "vllm.model_executor.layers.sparse_attn_indexer"
     ),
     Driver("sparse_utils index conversion", _sparse_utils, "vllm.v1.attention.backends.mla.sparse_utils"),
     Driver("indexer metadata kernels", _indexer_metadata, "vllm.v1.attention.backends.mla.indexer"),
