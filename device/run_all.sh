@@ -9,6 +9,11 @@ START=$(date +%s); BUDGET=${VC_BUDGET_S:-540}
 # the run numbers of the loop phases (r5l, r5al): VC_LOOPS (4) of them from VC_LOOP_FROM (1)
 LOOP_IDS=$(seq "${VC_LOOP_FROM:-1}" $(( ${VC_LOOP_FROM:-1} + ${VC_LOOPS:-4} - 1 )))
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# VC_ONE_GPU=1 (a one-GPU machine): the two-engine phases (p1 p2 p6 f1 c1 c2) run their engines one after another
+# on GPU 0 instead of side by side on GPUs 0 and 1. G1 is the second engine's GPU; "bg run ..." is "run ... &" on two
+# GPUs and a plain run on one.
+G1=1; [ "${VC_ONE_GPU:-0}" = 1 ] && G1=0
+bg() { if [ "$G1" = 0 ]; then "$@"; else "$@" & fi; }
 
 # run LABEL TREE GPUS CAPABILITY [validate.py args...]; CAPABILITY "-" = the real one
 run() {
@@ -27,30 +32,30 @@ run() {
 for phase in "$@"; do
   echo "== $phase at $(( $(date +%s) - START ))s"
   case $phase in
-    p1) run composed_pp1 composed 0 8.0 --pp 1 --logprobs 2 --bench-tokens 256 &
-        run stock_pp1 stock 1 8.0 --pp 1 --backend auto ; run composed_pp1_sm90 composed 1 - --pp 1 --max-tokens 64; wait ;;
-    p2) run composed_pp1_mtp1 composed 0 8.0 --pp 1 --mtp 1 --bench-tokens 256 &
-        run composed_pp1_mtp2 composed 1 8.0 --pp 1 --mtp 2 --bench-tokens 256; wait ;;
+    p1) bg run composed_pp1 composed 0 8.0 --pp 1 --logprobs 2 --bench-tokens 256
+        run stock_pp1 stock $G1 8.0 --pp 1 --backend auto ; run composed_pp1_sm90 composed $G1 - --pp 1 --max-tokens 64; wait ;;
+    p2) bg run composed_pp1_mtp1 composed 0 8.0 --pp 1 --mtp 1 --bench-tokens 256
+        run composed_pp1_mtp2 composed $G1 8.0 --pp 1 --mtp 2 --bench-tokens 256; wait ;;
     p3) run composed_pp2 composed 0,1 8.0 --pp 2 --bench-tokens 256 ;;
     p4) run composed_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 --bench-tokens 256 ;;
     p5) run composed_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 --bench-tokens 256 ;;
-    p6) run stock_pp1_forced stock 0 8.0 --pp 1 & run stock_pp1_sm90 stock 1 - --pp 1 --backend auto; wait ;;
+    p6) bg run stock_pp1_forced stock 0 8.0 --pp 1; run stock_pp1_sm90 stock $G1 - --pp 1 --backend auto; wait ;;
     p4x) run composed_pp4 composed 0,1,2,3 8.0 --pp 4 --bench-tokens 256 ;;
     p5x) run composed_pp4_mtp1 composed 0,1,2,3 8.0 --pp 4 --mtp 1 --bench-tokens 256 &&
          run composed_pp4_mtp2 composed 0,1,2,3 8.0 --pp 4 --mtp 2 --bench-tokens 256 ;;
     # fixed-routing model (TinyGlmSpec.fixed_routing): baseline with margins, MTP, PP2, PP2+MTP; the last one with
     # CUDA_LAUNCH_BLOCKING=1 to name the kernel behind the device-side assert seen at PP2 + MTP 2
-    f1) VC_MODEL=tiny_fixed run fixed_pp1 composed 0 8.0 --pp 1 --logprobs 2 &
-        VC_MODEL=tiny_fixed run fixed_pp1_mtp1 composed 1 8.0 --pp 1 --mtp 1; wait ;;
+    f1) VC_MODEL=tiny_fixed bg run fixed_pp1 composed 0 8.0 --pp 1 --logprobs 2
+        VC_MODEL=tiny_fixed run fixed_pp1_mtp1 composed $G1 8.0 --pp 1 --mtp 1; wait ;;
     f2) VC_MODEL=tiny_fixed run fixed_pp2 composed 0,1 8.0 --pp 2 --logprobs 2 ;;
     f3) VC_MODEL=tiny_fixed run fixed_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 ;;
     f4) VC_MODEL=tiny_fixed CUDA_LAUNCH_BLOCKING=1 run fixed_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 ;;
     # cycle model (TokenCycle): greedy tokens and spec-decode counters predicted in advance; PP1/PP2 with top-5
     # log-probs; c2 also runs stock 0.26.0 on it (negative control)
-    c1) VC_MODEL=tiny_cycle run cycle_pp1 composed 0 8.0 --pp 1 --logprobs 5 --bench-tokens 256 &
-        VC_MODEL=tiny_cycle run cycle_pp1_mtp1 composed 1 8.0 --pp 1 --mtp 1 --bench-tokens 256; wait ;;
-    c2) VC_MODEL=tiny_cycle run cycle_pp1_mtp2 composed 0 8.0 --pp 1 --mtp 2 --bench-tokens 256 &
-        VC_MODEL=tiny_cycle run stock_cycle_pp1 stock 1 8.0 --pp 1 --backend auto; wait ;;
+    c1) VC_MODEL=tiny_cycle bg run cycle_pp1 composed 0 8.0 --pp 1 --logprobs 5 --bench-tokens 256
+        VC_MODEL=tiny_cycle run cycle_pp1_mtp1 composed $G1 8.0 --pp 1 --mtp 1 --bench-tokens 256; wait ;;
+    c2) VC_MODEL=tiny_cycle bg run cycle_pp1_mtp2 composed 0 8.0 --pp 1 --mtp 2 --bench-tokens 256
+        VC_MODEL=tiny_cycle run stock_cycle_pp1 stock $G1 8.0 --pp 1 --backend auto; wait ;;
     c3) VC_MODEL=tiny_cycle run cycle_pp2 composed 0,1 8.0 --pp 2 --logprobs 5 --bench-tokens 256 ;;
     c4) VC_MODEL=tiny_cycle run cycle_pp2_mtp1 composed 0,1 8.0 --pp 2 --mtp 1 --bench-tokens 256 ;;
     c5) VC_MODEL=tiny_cycle run cycle_pp2_mtp2 composed 0,1 8.0 --pp 2 --mtp 2 --bench-tokens 256 ;;
