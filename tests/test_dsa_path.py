@@ -389,6 +389,8 @@ def test_real_v0300_fused_kernels_are_fp8e4nv_blockers(releases):
     for name in ("_fused_q_kernel", "_fused_norm_rope_kernel"):
         assert "fp8e4nv" in triton[name].what
         assert any(u.pruned is None for u in triton[name].uses), name  # a live use on sm_8x
+    # the MQA query pack after `if not QUANTIZE_MQA: return` (in `if pid == 2:`): compiled, so live, on sm_8x
+    assert [u.line for u in triton["_fused_q_kernel"].uses if u.pruned is None and u.via is None] == [748]
     assert any(b.kind == "backend" for b in path.blockers)  # stock: no sparse-MLA backend admits sm_8x
 
 
@@ -493,3 +495,53 @@ def test_early_return_on_a_value_the_analysis_cannot_decide_stays_flagged(tmp_pa
     merge = got["_merge_dcp_topk_global"]
     assert merge.handling is Handling.NOT_HANDLED
     assert merge.blocker.reach == "on" and merge.blocker.guard == "unguarded"
+
+
+#: stock v0.30.0's `_fused_q_kernel` in miniature: the MQA query pack after `if not QUANTIZE_MQA: return` (nested in
+#: `if pid == 2:`, as in the release), and the same early return at the top of a kernel (`k`, the kernel compiled
+#: on this machine). Triton 3.6 prunes only
+#: the branch of a constexpr `if`, it still traces what follows an early return: with QUANTIZE_MQA=False compiling
+#: either for sm_80 fails with "type fp8e4nv not supported in this architecture" (as stock failed on A100s)
+EARLY_RETURN = {
+    "vllm/models/deepseek_v32/common/kernels.py": """
+        from vllm.triton_utils import tl, triton
+
+        @triton.jit
+        def _fused_q_kernel(x_ptr, y_ptr, QUANTIZE_MQA: tl.constexpr):
+            pid = tl.program_id(0)
+            if pid == 2:
+                if not QUANTIZE_MQA:
+                    return
+                x = tl.load(x_ptr)
+                tl.store(y_ptr, x.to(tl.float8e4nv).to(tl.float32))
+                return
+            if QUANTIZE_MQA:
+                tl.store(y_ptr, tl.load(x_ptr).to(tl.float8e4nv))
+
+        @triton.jit
+        def k(x_ptr, y_ptr, QUANTIZE_MQA: tl.constexpr):
+            if not QUANTIZE_MQA:
+                return
+            x = tl.load(x_ptr)
+            tl.store(y_ptr, x.to(tl.float8e4nv).to(tl.float32))
+
+        def fused_q(x):
+            _fused_q_kernel[(3,)](x, x, QUANTIZE_MQA=False)
+            k[(1,)](x, x, QUANTIZE_MQA=False)
+            return x
+    """,
+}
+
+
+def test_a_constexpr_early_return_in_a_jit_function_does_not_prune_what_follows(tmp_path):
+    stock = write_tree(tmp_path / "s", EARLY_RETURN)
+    found = {b.function: b for b in dsa_path.tree_path(stock).blockers if b.kind == "triton"}
+    kernel = found["_fused_q_kernel"]
+    # the use after the early return is live; the one inside `if QUANTIZE_MQA:` is pruned
+    assert sorted((u.line, u.pruned is None) for u in kernel.uses) == [(10, True), (13, False)]
+    assert [u.constexpr for u in kernel.uses if u.pruned is None] == [()]
+    assert [u.pruned is None for u in found["k"].uses] == [True]
+    got = by_function(dsa_path.ampere_path(write_tree(tmp_path / "c", COMPOSE, EARLY_RETURN), stock, "v0"))
+    for name in ("_fused_q_kernel", "k"):
+        assert got[name].handling is Handling.NOT_HANDLED, name
+        assert got[name].detail.startswith("live: "), name

@@ -84,7 +84,8 @@ SEEDS: tuple[str, ...] = (
 AMPERE: tuple[tuple[int, int], ...] = ((8, 0), (8, 6))
 
 #: constexpr values a sm_80/86 run has, so Triton prunes the branches they switch off before it compiles anything
-#: (a use of fp8e4nv in a pruned branch is never compiled). Why each value holds on Ampere:
+#: (a use of fp8e4nv in a pruned branch is never compiled). Only the branch of the `if` is pruned: what follows a
+#: constexpr early return (`if not QUANTIZE_MQA: return`) is still traced and compiled. Why each value holds on Ampere:
 AMPERE_CONSTEXPR: dict[str, tuple[bool, str]] = {
     # the lead's series fix (vllm/models/deepseek_v32/common/e4m3.py): true on CUDA below sm_89
     "SOFTWARE_E4M3": (True, "software E4M3 on sm_8x (SOFTWARE_E4M3)"),
@@ -908,16 +909,21 @@ def _enclosing(src: _Source, node: ast.AST, kinds) -> ast.AST | None:
     return cur
 
 
-def _conditions(src: _Source, node: ast.AST, stop: ast.AST | None = None):
+def _conditions(src: _Source, node: ast.AST, stop: ast.AST | None = None, exits: bool = True):
     """The conditions that hold where `node` runs, innermost first, as (test, negated): enclosing `if`s and ternaries,
-    and earlier `if ...: return/raise/continue` statements of the same blocks (their test negated)."""
+    and (with `exits`) earlier `if ...: return/raise/continue` statements of the same blocks (their test negated).
+
+    `exits=False` is for what Triton compiles in a `@triton.jit` body: it prunes only the branch of a constexpr `if`
+    that is not taken, and still traces (so compiles) the statements after a constexpr early return — with the
+    flag off, `if not QUANTIZE_MQA: return` does not keep the fp8e4nv stores after it from failing on sm_80
+    ("type fp8e4nv not supported in this architecture"; Triton 3.6, nested in `if pid == 2:` as well)."""
     child = node
     cur = src.parents.get(node)
     while cur is not None and cur is not stop:
         for fieldname in ("body", "orelse"):
             block = getattr(cur, fieldname, None)
             if isinstance(block, list) and child in block:
-                for earlier in reversed(block[: block.index(child)]):
+                for earlier in reversed(block[: block.index(child)] if exits else []):
                     if isinstance(earlier, ast.If) and not earlier.orelse and earlier.body:
                         if isinstance(earlier.body[-1], ast.Return | ast.Raise | ast.Continue | ast.Break):
                             yield earlier.test, True
@@ -1332,7 +1338,7 @@ def _jit_uses(
     def cond_stack(node):
         tests = [
             (t, neg)
-            for t, neg in _conditions(src, node, stop=fn)
+            for t, neg in _conditions(src, node, stop=fn, exits=False)  # Triton traces past an early return
             if {n.id for n in ast.walk(t) if isinstance(n, ast.Name)} & constexpr
         ]
         return tests
