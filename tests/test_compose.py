@@ -334,6 +334,37 @@ def test_abort_drops_state_and_keeps_edited_worktree(series_dir, upstream, tmp_p
     assert main(["rebase", "--abort", "--repo", str(upstream)]) == 3  # nothing to abort
 
 
+def test_composing_again_after_abort_never_writes_over_an_edited_worktree(series_dir, upstream, tmp_path, capsys):
+    conflicting_release(upstream)
+    wt = tmp_path / "wt"
+    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt)) == 1
+    mine = (wt / "pkg/mod.py").read_text() + "# my notes\n"
+    (wt / "pkg/mod.py").write_text(mine)
+    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "again.json"
+    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt), json_out=out) == 1
+    assert (wt / "pkg/mod.py").read_text() == mine  # the person's edits are where they left them
+    again = Path(json.loads(out.read_text())["worktree"])
+    assert again == tmp_path / "wt.2" and "<<<<<<<" in (again / "pkg/mod.py").read_text()
+    assert f"{wt} was left as it is" in json.loads(out.read_text())["message"]
+
+
+def test_the_conflict_worktree_is_recorded_absolute_so_continue_works_from_anywhere(
+    series_dir, upstream, tmp_path, monkeypatch
+):
+    conflicting_release(upstream)
+    monkeypatch.chdir(tmp_path)
+    assert compose(series_dir, upstream, "v2.0.0", "--worktree", "rel-wt") == 1  # a relative --worktree
+    state = gitstore.read_state_ref(pygit2.Repository(str(upstream)))
+    assert state["worktree"] == str(tmp_path / "rel-wt")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    # the markers are still there: refused as unresolved (exit 1), not "has no worktree to read a resolution from"
+    assert resume(series_dir, upstream) == 1
+
+
 def test_rename_patch(series_dir, upstream, tmp_path):
     patch = textwrap.dedent(
         """\

@@ -310,6 +310,16 @@ def parse_patch(data: bytes | str, name: str = "<patch>", strip: int = 1) -> Pat
                 raise err("hunk before any file header (--- / +++)", i, hint="the patch is truncated or malformed")
             hunk, i = _parse_hunk(raw_lines, i, len(current.hunks) + 1, current.path, name)
             current.hunks.append(hunk)
+            if i < n and _continues_hunk(raw_lines[i]):
+                # GNU patch stops at the header's counts and drops the rest as garbage: the change would be
+                # applied in part, silently
+                raise err(
+                    f"hunk {hunk.index} of {current.path!r} (@@ -{hunk.old_start},{hunk.old_len} "
+                    f"+{hunk.new_start},{hunk.new_len} @@): its body continues past the header's counts",
+                    i,
+                    hunk=hunk.index,
+                    hint="the patch was edited by hand; fix the @@ counts (or regenerate it with git format-patch)",
+                )
             continue
         if line.startswith(b"Binary files ") and header_end is not None:
             raise err("binary change cannot be placed as text", i, hint="binary changes are not supported")
@@ -414,6 +424,15 @@ def _parse_hunk(raw: list[bytes], i: int, index: int, path: str, name: str) -> t
         _mark_no_newline(hunk)
         i += 1
     return hunk, i
+
+
+def _continues_hunk(line: bytes) -> bool:
+    """Whether `line`, right after a hunk's last counted line, is one more body line (context, added, removed)
+    rather than what may follow a hunk: the next file or hunk header, a blank line, git's `-- ` signature."""
+    bare = line.rstrip(b"\r")
+    if bare in (b"", b"--", b"-- ") or bare.startswith((b"--- ", b"+++ ")):
+        return False
+    return line[:1] in (b" ", b"+", b"-")
 
 
 def _mark_no_newline(hunk: Hunk) -> None:

@@ -578,9 +578,12 @@ class Composer:
         if not self.options.keep_state:
             result.message = f"stopped at entry {step.entry.id!r}: {step.outcome.reason}"
             return result
-        worktree = self.options.worktree or self.repo_dir.parent / f"vllm-compose-conflict-{tag}"
+        # absolute: `--continue` may run from another directory
+        asked = (self.options.worktree or self.repo_dir.parent / f"vllm-compose-conflict-{tag}").resolve()
+        worktree = asked
         written = {}
         if step.outcome.status == "conflict" and step.worktree_files:
+            worktree = _unused_folder(asked)  # a folder left by an earlier run may hold a person's edits
             written = _write_conflict_worktree(worktree, step)
             result.worktree = str(worktree)
         gitstore.update_ref_atomically(
@@ -604,6 +607,8 @@ class Composer:
         result.message = f"stopped at entry {step.entry.id!r}: {step.outcome.reason}" + (
             f"\nthe entry's files are in {worktree} with conflict markers" if written else ""
         )
+        if written and worktree != asked:
+            result.message += f"\n{asked} was left as it is: it holds files of an earlier run"
         return result
 
 
@@ -777,6 +782,16 @@ def _placed_with_markers(file_placements: list[tuple[FilePatch, FilePlacement, s
         elif fpl.new_text is not None:
             files[fp.path] = encode_text(fpl.new_text)
     return files
+
+
+def _unused_folder(folder: Path) -> Path:
+    """`folder` when it does not exist or is empty, else the first `folder.N` (N = 2, 3, ...) that is: a conflict
+    worktree is never written over one that may hold a person's edits."""
+    candidate, n = folder, 1
+    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+        n += 1
+        candidate = folder.with_name(f"{folder.name}.{n}")
+    return candidate
 
 
 def _write_conflict_worktree(worktree: Path, step: _Step) -> dict[str, str]:
