@@ -170,3 +170,11 @@ def test_crlf_and_non_utf8_files_compose(series_dir, upstream, tmp_path):  # noq
     tree = repo.revparse_single("compose-101-v1.5.0").peel(pygit2.Commit).tree
     assert repo[tree["pkg/win.txt"].id].data == b"first\r\nSECOND\r\nthird\r\n"
     assert repo[tree["pkg/latin.py"].id].data == "caf\xe9 = 1\nvalue = 20\nend = 3\n".encode("latin-1")
+
+
+@pytest.mark.parametrize("tag", ["v2.0.0 ", "vv2.0.0", "v2.0"])
+def test_a_misspelt_tag_is_refused_before_anything_is_made(series_dir, tmp_path, capsys, tag):  # noqa: F811
+    repo = tmp_path / "no-such-repo"
+    assert compose(series_dir, repo, tag) == 3
+    assert "does not name a release version" in capsys.readouterr().err
+    assert not repo.exists()  # no folder, tag or branch named after the typo

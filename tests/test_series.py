@@ -86,6 +86,16 @@ def test_applies_to_handles_prereleases_and_rejects_non_release_tags():
             version_of_tag(tag)
 
 
+def test_a_tag_must_spell_a_release_exactly():
+    # PEP 440 accepts each of these as a real release's spelling; as tags they would create branches named after a
+    # typo, so they are refused before any work (README: exit 3)
+    for tag, hint in (("v0.26.0 ", "v0.26.0?"), ("vv0.26.0", "v0.26.0?"), ("v0.26", "look like"), ("v0.26.00", "?")):
+        with pytest.raises(SeriesError) as exc:
+            version_of_tag(tag)
+        assert exc.value.exit_code == 3 and hint in exc.value.hint, (tag, exc.value.hint)
+    assert str(version_of_tag("v0.26.0")) == "0.26.0" and str(version_of_tag("v0.30.0rc1")) == "0.30.0rc1"
+
+
 def test_branch_name_without_pr_entries(series_dir):
     (series_dir / "patches" / "0001-fix.patch").write_bytes((CASES / "valid/patches/0001-fix.patch").read_bytes())
     (series_dir / "series.toml").write_text(

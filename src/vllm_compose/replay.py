@@ -48,7 +48,7 @@ from .patchfile import (
 )
 from .placement import FilePlacement, Verdict, place_file, place_hunk
 from .progress import ProgressCallback
-from .series import Entry, Series, load_series
+from .series import Entry, Series, load_series, version_of_tag
 from .sources import Cache, ensure_release, fetch_entry_patch, resolve_entry_commits
 from .trees import GitTree
 
@@ -288,6 +288,7 @@ class Composer:
 
     # ------------------------------------------------------------------------------------------ preflight
     def _preflight(self, tag: str) -> tuple[Series, pygit2.Repository]:
+        version_of_tag(tag)  # a misspelt tag is refused before any download, tag, branch or folder is made
         series = load_series(self.series_dir)
         repo = gitstore.open_or_init_repo(self.repo_dir)
         state = gitstore.read_state_ref(repo)
@@ -422,8 +423,6 @@ class Composer:
 
     def _shipped_upstream(self, entry: Entry) -> bool:
         """Whether the series declares that this release already ships the entry's PR."""
-        from .sources import version_of_tag
-
         return bool(entry.upstream_release) and version_of_tag(self._tag) >= Version(entry.upstream_release)
 
     def _merge_entry(

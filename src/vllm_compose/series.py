@@ -82,19 +82,20 @@ _SERIES_KEYS = {"name", "description"}
 
 
 def version_of_tag(tag: str) -> Version:
-    """`v0.26.0` -> Version('0.26.0'). Raises `SeriesError` for a tag that is not `v` + a PEP 440 version."""
-    if not tag.startswith("v"):
-        raise SeriesError(
-            f"tag {tag!r} is not a release tag",
-            tag=tag,
-            hint="release tags look like v0.26.0 (a 'v' and the PyPI version)",
-        )
+    """`v0.26.0` -> Version('0.26.0'). Raises `SeriesError` for a tag that is not `v` + a PEP 440 version written
+    canonically with at least three release numbers: `v0.26` or `vv0.26.0` are PEP 440 spellings of real releases,
+    and accepting them would create tags and branches named after a typo."""
+    text = tag[1:] if tag.startswith("v") else None
     try:
-        return Version(tag[1:])
+        version = Version(text) if text is not None else None
     except InvalidVersion:
-        raise SeriesError(
-            f"tag {tag!r} does not name a release version", tag=tag, hint="release tags look like v0.26.0"
-        ) from None
+        version = None
+    if version is None or str(version) != text or len(version.release) < 3:
+        hint = "release tags look like v0.26.0 (a 'v' and the PyPI version)"
+        if version is not None and str(version) != text:
+            hint = f"did you mean v{version}? " + hint
+        raise SeriesError(f"tag {tag!r} does not name a release version", tag=tag, hint=hint)
+    return version
 
 
 @dataclass(frozen=True)
