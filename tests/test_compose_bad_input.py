@@ -178,3 +178,16 @@ def test_a_misspelt_tag_is_refused_before_anything_is_made(series_dir, tmp_path,
     assert compose(series_dir, repo, tag) == 3
     assert "does not name a release version" in capsys.readouterr().err
     assert not repo.exists()  # no folder, tag or branch named after the typo
+
+
+def test_a_release_no_pr_entry_applies_to_is_refused(series_dir, upstream, capsys):  # noqa: F811
+    text = (series_dir / "series.toml").read_text()
+    entry = text.index('id = "pr101"')
+    cut = text.index("[[entry]]", entry) if "[[entry]]" in text[entry:] else len(text)
+    (series_dir / "series.toml").write_text(
+        text[:cut].replace('id = "pr101"', 'id = "pr101"\ntags = ">=9.0.0"', 1) + text[cut:]
+    )
+    assert compose(series_dir, upstream, "v2.0.0") == 3
+    err = capsys.readouterr().err
+    assert "no upstream PR entry of the series applies to v2.0.0 (pr101 >=9.0.0)" in err and "hint:" in err
+    assert "compose-101-v2.0.0" not in git(upstream, "branch", "--list")

@@ -35,7 +35,7 @@ import pygit2
 from packaging.version import Version
 
 from . import gitstore
-from .errors import ComposeError, ConflictError, ExitCode, RepositoryError
+from .errors import ComposeError, ConflictError, ExitCode, RepositoryError, SeriesError
 from .patchfile import (
     FilePatch,
     Patch,
@@ -290,6 +290,15 @@ class Composer:
     def _preflight(self, tag: str) -> tuple[Series, pygit2.Repository]:
         version_of_tag(tag)  # a misspelt tag is refused before any download, tag, branch or folder is made
         series = load_series(self.series_dir)
+        prs = [e for e in series.entries if e.kind == "upstream-pr"]
+        if prs and not any(e.applies_to(tag) for e in prs):
+            ranges = ", ".join(f"{e.id} {e.tags or 'any'}" for e in prs)
+            raise SeriesError(
+                f"no upstream PR entry of the series applies to {tag} ({ranges}): a compose carrying none of them is "
+                "not a compose",
+                tag=tag,
+                hint="choose a release the series covers (docs/status.md), or widen an entry's `tags`",
+            )
         repo = gitstore.open_or_init_repo(self.repo_dir)
         state = gitstore.read_state_ref(repo)
         if state is not None:
