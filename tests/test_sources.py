@@ -204,6 +204,22 @@ def test_url_source_from_seeded_cache_offline_with_path_filter(tmp_path, cache):
         sources.fetch_entry_patch(entry, cache, offline=True)
 
 
+def test_a_seeded_file_that_is_not_the_pinned_one_is_named_with_both_sha256(tmp_path, cache, fake_http):
+    # the person passed 7.diff with --sources, but an older copy: say so, not "cannot download ... pass --sources"
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "7.diff").write_bytes(PR_DIFF + b"stale\n")
+    sources.seed_cache(tmp_path / "s", cache)
+    entry = pr_entry(url="https://example.invalid/7.diff", sha256=sha(PR_DIFF))
+    want = f"7.diff in --sources has sha256 {sha(PR_DIFF + b'stale' + bytes([10]))}, the series pins {sha(PR_DIFF)}"
+    with pytest.raises(SourceError) as offline:
+        sources.fetch_entry_patch(entry, cache, offline=True)
+    assert want in offline.value.message and offline.value.entry == entry.id
+    fake_http.refuse("https://example.invalid/7.diff")
+    with pytest.raises(SourceError) as online:
+        sources.fetch_entry_patch(entry, cache)
+    assert want in online.value.message and "pinned file" in online.value.hint
+
+
 def test_downloaded_source_progress_reports_completion(cache, fake_http):
     fake_http.serve("https://example.invalid/7.diff", PR_DIFF)
     events = []

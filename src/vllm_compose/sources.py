@@ -378,6 +378,18 @@ def _describe_network_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def seeded_mismatch(cache: Cache, filename: str, sha256: str) -> SourceError | None:
+    """The error to give when a file named `filename` was passed with --sources but is not the pinned `sha256`."""
+    seeded = cache.lookup_name(filename) if filename else None
+    if seeded is None or seeded[1] != SEEDED_ORIGIN or seeded[0] == sha256:
+        return None
+    return SourceError(
+        f"{filename} in --sources has sha256 {seeded[0]}, the series pins {sha256}",
+        file=filename,
+        hint="put the pinned file in the --sources folder (or fix the pin in series.toml if the file is right)",
+    )
+
+
 def download(
     url: str,
     sha256: str,
@@ -397,10 +409,14 @@ def download(
         return path
     what = what or redact_url(url)
     remedy = remedy or f"download it by hand (sha256 {sha256}) into a folder and pass --sources DIR"
-    event = f"download {posixpath.basename(urllib.parse.urlsplit(url).path) or what}"
+    filename = posixpath.basename(urllib.parse.urlsplit(url).path)
+    event = f"download {filename or what}"
     done = 0
 
     def failed(exc: BaseException) -> SourceError:
+        mismatch = seeded_mismatch(cache, filename, sha256)
+        if mismatch is not None:
+            return mismatch  # the person passed the file: "cannot download ... pass --sources" would mislead
         after = f"failed after {done} bytes: " if done else ""
         return SourceError(
             f"cannot download {what}: {after}{_describe_network_error(exc)}",
@@ -466,6 +482,9 @@ def fetch_entry_patch(
             except SourceError as exc:
                 raise SourceError(exc.message, entry=entry.id, key="source.url", hint=exc.hint) from None
         if path is None:
+            mismatch = seeded_mismatch(cache, posixpath.basename(urllib.parse.urlsplit(src.url).path), src.sha256)
+            if mismatch is not None:
+                raise SourceError(mismatch.message, entry=entry.id, key="source.url", hint=mismatch.hint)
             raise _missing_source(entry, cache, offline)
         data = path.read_bytes()
     if data is None:
