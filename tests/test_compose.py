@@ -365,6 +365,18 @@ def test_the_conflict_worktree_is_recorded_absolute_so_continue_works_from_anywh
     assert resume(series_dir, upstream) == 1
 
 
+def test_continue_after_the_stopped_entry_was_renamed_says_so(series_dir, upstream, tmp_path, capsys):
+    conflicting_release(upstream)
+    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(tmp_path / "wt")) == 1
+    toml = series_dir / "series.toml"
+    toml.write_text(toml.read_text().replace('id = "pr101"', 'id = "pr101-renamed"'))
+    capsys.readouterr()
+    assert resume(series_dir, upstream) == 3  # was a KeyError traceback
+    err = capsys.readouterr().err
+    assert "stopped at entry 'pr101', which" in err and "no longer has" in err and "--abort" in err
+    assert gitstore.read_state_ref(pygit2.Repository(str(upstream))) is not None  # the run can still go on
+
+
 def test_rename_patch(series_dir, upstream, tmp_path):
     patch = textwrap.dedent(
         """\

@@ -637,7 +637,16 @@ def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | 
             hint="edit the series by hand (narrow the entry or add a fix), then --abort and compose again",
         )
     series = load_series(series_dir)
-    entry = series.entry(entry_id)
+    try:
+        entry = series.entry(entry_id)
+    except KeyError:
+        raise SeriesError(
+            f"the compose onto {tag} stopped at entry {entry_id!r}, which {series.file} no longer has",
+            entry=entry_id,
+            tag=tag,
+            file=str(series.file),
+            hint=f"give the entry its id {entry_id!r} back and --continue, or --abort and compose again",
+        ) from None
     head = repo[pygit2.Oid(hex=state["head"])]
     composer.repo = repo
     composer._tag = tag
