@@ -54,8 +54,8 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT / "src"))
+    from vllm_compose.cache import Cache, default_cache_root
     from vllm_compose.series import load_series
-    from vllm_compose.sources import Cache, default_cache_root
 
     work = Path(tempfile.mkdtemp(prefix="compose-speed-"))
     try:

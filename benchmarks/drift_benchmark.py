@@ -18,7 +18,7 @@ Usage:
   python benchmarks/drift_benchmark.py [--cases 300] [--seed 1] [--source 0.26.0] [--targets 0.27.0 0.28.0 0.30.0]
                                        [--json FILE] [--docs docs/benchmarks.md | --no-docs]
 
-Sdists come from vllm-compose's cache (downloaded once, sha256-verified: `vllm_compose.sources.fetch_sdist`).
+Sdists come from vllm-compose's cache (downloaded once, sha256-verified: `vllm_compose.releases.fetch_sdist`).
 """
 
 from __future__ import annotations

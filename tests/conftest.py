@@ -5,7 +5,7 @@
 * cache: `VLLM_COMPOSE_CACHE` points at a fresh folder per test;
 * network: opening a socket (other than a Unix socket) fails, as if the machine were offline, unless the test is
   marked `network` or `sdist` (the real PyPI sdist, downloaded once into the user's real cache);
-* `fake_http`: a stand-in for `sources._http_get` (every request of the package goes through it) serving canned
+* `fake_http`: a stand-in for `index._http_get` (every request of the package goes through it) serving canned
   answers, for index and download tests.
 """
 
@@ -22,10 +22,12 @@ import pygit2
 import pytest
 from pygit2.enums import ConfigLevel
 
-from vllm_compose import sources
+from vllm_compose import index, releases
+from vllm_compose.cache import CACHE_ENV, Cache, default_cache_root
+from vllm_compose.series import version_of_tag
 
 #: the cache a real user (or CI) has, captured before any fixture redirects it; the `sdist` tests reuse it
-REAL_CACHE_ROOT = sources.default_cache_root()
+REAL_CACHE_ROOT = default_cache_root()
 
 PINNED_EPOCH = 1700000000  # 2023-11-14T22:13:20Z
 GIT_ENV = {
@@ -70,7 +72,7 @@ def _hermetic_env(monkeypatch, tmp_path_factory):
         monkeypatch.setenv(key, value)
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "PIP_INDEX_URL"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(autouse=True)
@@ -98,15 +100,15 @@ def git_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def cache(tmp_path) -> sources.Cache:
+def cache(tmp_path) -> Cache:
     """An empty content-addressed cache in the test's tmp folder."""
-    return sources.Cache(tmp_path / "cache")
+    return Cache(tmp_path / "cache")
 
 
 @pytest.fixture
-def real_cache() -> sources.Cache:
+def real_cache() -> Cache:
     """The user's real cache (for `sdist` tests: a download made once is reused by later runs)."""
-    return sources.Cache(REAL_CACHE_ROOT)
+    return Cache(REAL_CACHE_ROOT)
 
 
 #: tag -> (repository, release commit) imported in this test session (an import takes 6-14 s; tests only read it)
@@ -124,13 +126,13 @@ def _release_commit(tmp_path_factory, tag: str) -> tuple[pygit2.Repository, pygi
     if tag in _IMPORTED_RELEASES:
         return _IMPORTED_RELEASES[tag]
 
-    cache = sources.Cache(REAL_CACHE_ROOT)
-    version = sources.version_of_tag(tag)
+    cache = Cache(REAL_CACHE_ROOT)
+    version = version_of_tag(tag)
     name = f"vllm-{version}.tar.gz"
     known = cache.lookup_name(name)
     if not (known and cache.has(known[0])):
         try:
-            sources.find_sdist(version, sources.pip_index_url())
+            index.find_sdist(version, index.pip_index_url())
         except SourceError as exc:
             pytest.skip(f"{name} is not cached in {cache.root} and PyPI is unreachable ({exc.message})")
     root = tmp_path_factory.mktemp("release")
@@ -138,7 +140,7 @@ def _release_commit(tmp_path_factory, tag: str) -> tuple[pygit2.Repository, pygi
         for key, value in GIT_ENV.items():
             mp.setenv(key, value)
         repo = gitstore.open_or_init_repo(root / "vllm")
-        commit = sources.ensure_release(repo, tag, cache)
+        commit = releases.ensure_release(repo, tag, cache)
     _IMPORTED_RELEASES[tag] = repo, commit
     return repo, commit
 
@@ -205,7 +207,7 @@ class _FakeResponse(io.BytesIO):
 
 
 class FakeHTTP:
-    """Canned answers for `sources._http_get`, the package's one door to the network.
+    """Canned answers for `index._http_get`, the package's one door to the network.
 
     `serve(url, body, content_type, fail_after=N, length=L)` answers `url` with `body` (resetting the connection
     once N bytes were read; announcing L bytes as Content-Length); `refuse(url, status)` answers with an HTTP
@@ -245,7 +247,7 @@ class FakeHTTP:
 def fake_http(monkeypatch) -> FakeHTTP:
     """Replace the network with canned answers (see `FakeHTTP`)."""
     fake = FakeHTTP()
-    monkeypatch.setattr(sources, "_http_get", fake)
+    monkeypatch.setattr(index, "_http_get", fake)
     return fake
 
 

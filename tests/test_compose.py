@@ -17,8 +17,8 @@ import pygit2
 import pytest
 
 from vllm_compose import gitstore
+from vllm_compose.cache import Cache
 from vllm_compose.cli import main
-from vllm_compose.sources import Cache
 
 MOD_V1 = textwrap.dedent(
     """\

@@ -79,7 +79,7 @@ def repo_is_a_plain_folder(series, repo):
 
 
 def corrupted_cache_file(series, repo):
-    from vllm_compose.sources import Cache
+    from vllm_compose.cache import Cache
 
     cache = Cache()
     sha = next(p.name for p in (cache.root / "sha256").rglob("*") if p.is_file() and len(p.name) == 64)

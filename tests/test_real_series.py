@@ -16,7 +16,7 @@ import pygit2
 import pytest
 from conftest import GIT_ENV, REAL_CACHE_ROOT
 
-from vllm_compose import sources
+from vllm_compose.cache import CACHE_ENV, Cache
 from vllm_compose.cli import main
 from vllm_compose.series import load_series
 
@@ -27,7 +27,7 @@ BRANCH = "compose-46994-38476-v0.26.0"
 
 
 def _missing_sources() -> list[str]:
-    cache = sources.Cache(REAL_CACHE_ROOT)
+    cache = Cache(REAL_CACHE_ROOT)
     series = load_series(SERIES)
     return [
         f"{e.id} (sha256 {e.source.sha256})"
@@ -52,7 +52,7 @@ def composed(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for key, value in GIT_ENV.items():
             mp.setenv(key, value)
-        mp.setenv(sources.CACHE_ENV, str(REAL_CACHE_ROOT))
+        mp.setenv(CACHE_ENV, str(REAL_CACHE_ROOT))
         argv = ["rebase", "--onto", "v0.26.0", "--series", str(SERIES), "--repo", str(repo), "--json", str(out), "-q"]
         rc = main(argv)
         report = json.loads(out.read_text())

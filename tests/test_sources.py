@@ -16,9 +16,10 @@ import tarfile
 import pygit2
 import pytest
 
-from vllm_compose import gitstore, sources
-from vllm_compose.errors import SourceError
-from vllm_compose.series import Entry, Source
+from vllm_compose import gitstore, index, releases, sources
+from vllm_compose.cache import SEEDED_ORIGIN, Cache, seed_cache
+from vllm_compose.errors import SeriesError, SourceError
+from vllm_compose.series import Entry, Source, tag_of_version, version_of_tag
 
 INDEX = "https://index.example.invalid/simple"
 PAGE = INDEX + "/vllm/"
@@ -146,7 +147,7 @@ def test_interrupted_download_leaves_nothing_in_the_cache(cache, fake_http):
     body = os.urandom(300_000)
     fake_http.serve("https://example.invalid/big.diff", body, fail_after=150_000)
     with pytest.raises(SourceError) as exc:
-        sources.download("https://example.invalid/big.diff", sha(body), cache)
+        index.download("https://example.invalid/big.diff", sha(body), cache)
     assert "connection reset" in exc.value.message
     assert "--sources" in exc.value.hint
     assert list(cache.blob_dir.iterdir()) == []  # no blob, no leftover temp file
@@ -155,7 +156,7 @@ def test_interrupted_download_leaves_nothing_in_the_cache(cache, fake_http):
 def test_download_with_other_bytes_than_pinned_is_refused(cache, fake_http):
     fake_http.serve("https://example.invalid/7.diff", b"tampered")
     with pytest.raises(SourceError, match="expected " + "a" * 64):
-        sources.download("https://example.invalid/7.diff", "a" * 64, cache)
+        index.download("https://example.invalid/7.diff", "a" * 64, cache)
     assert list(cache.blob_dir.iterdir()) == []
 
 
@@ -163,12 +164,12 @@ def test_seed_cache_adds_every_file(tmp_path, cache):
     (tmp_path / "src" / "sub").mkdir(parents=True)
     (tmp_path / "src" / "7.diff").write_bytes(PR_DIFF)
     (tmp_path / "src" / "sub" / "vllm-1.2.0.tar.gz").write_bytes(b"not really")
-    added = sources.seed_cache(tmp_path / "src", cache)
+    added = seed_cache(tmp_path / "src", cache)
     assert added == {"7.diff": sha(PR_DIFF), "sub/vllm-1.2.0.tar.gz": sha(b"not really")}
     assert cache.get(sha(PR_DIFF)) == PR_DIFF
     assert cache.lookup_name("vllm-1.2.0.tar.gz")[0] == sha(b"not really")
     with pytest.raises(SourceError, match="does not exist"):
-        sources.seed_cache(tmp_path / "nope", cache)
+        seed_cache(tmp_path / "nope", cache)
 
 
 # -- PR content --------------------------------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def test_unreachable_network_is_a_source_error_with_hint(cache, fake_http):
 def test_url_source_from_seeded_cache_offline_with_path_filter(tmp_path, cache):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "7.diff").write_bytes(PR_DIFF)
-    sources.seed_cache(tmp_path / "s", cache)
+    seed_cache(tmp_path / "s", cache)
     entry = pr_entry(url="https://example.invalid/7.diff", sha256=sha(PR_DIFF), paths=("pkg/*",))
     data = sources.fetch_entry_patch(entry, cache, offline=True)
     assert b"pkg/model.py" in data and b"docs/notes.md" not in data
@@ -208,7 +209,7 @@ def test_a_seeded_file_that_is_not_the_pinned_one_is_named_with_both_sha256(tmp_
     # the person passed 7.diff with --sources, but an older copy: say so, not "cannot download ... pass --sources"
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "7.diff").write_bytes(PR_DIFF + b"stale\n")
-    sources.seed_cache(tmp_path / "s", cache)
+    seed_cache(tmp_path / "s", cache)
     entry = pr_entry(url="https://example.invalid/7.diff", sha256=sha(PR_DIFF))
     want = f"7.diff in --sources has sha256 {sha(PR_DIFF + b'stale' + bytes([10]))}, the series pins {sha(PR_DIFF)}"
     with pytest.raises(SourceError) as offline:
@@ -269,9 +270,9 @@ def test_commit_source_diff_from_the_repository(pr_repo):
     repo = pygit2.Repository(str(up))
     entry = pr_entry(commits=(c1, c2))
     assert sources.resolve_entry_commits(entry, repo) == (pygit2.Oid(hex=base), pygit2.Oid(hex=c2))
-    data = sources.fetch_entry_patch(entry, cache=sources.Cache(), repo=repo, offline=True)
+    data = sources.fetch_entry_patch(entry, cache=Cache(), repo=repo, offline=True)
     assert b"+import sys" in data and b"+++ b/docs/notes.md" in data
-    filtered = sources.fetch_entry_patch(pr_entry(commits=(c1, c2), paths=("docs/*",)), sources.Cache(), repo=repo)
+    filtered = sources.fetch_entry_patch(pr_entry(commits=(c1, c2), paths=("docs/*",)), Cache(), repo=repo)
     assert b"pkg/model.py" not in filtered and b"docs/notes.md" in filtered
 
 
@@ -300,9 +301,9 @@ def test_commit_source_fetched_from_origin_pull_ref(pr_repo, tmp_path, git_env):
     entry = pr_entry(commits=(c1, c2))
     assert sources.resolve_entry_commits(entry, repo) is None
     with pytest.raises(SourceError) as exc:
-        sources.fetch_entry_patch(entry, sources.Cache(), offline=True, repo=repo)
+        sources.fetch_entry_patch(entry, Cache(), offline=True, repo=repo)
     assert "not in the repository" in exc.value.message and "pull/7/head" in exc.value.hint
-    data = sources.fetch_entry_patch(entry, sources.Cache(), repo=repo)
+    data = sources.fetch_entry_patch(entry, Cache(), repo=repo)
     assert b"+import sys" in data
 
 
@@ -310,19 +311,20 @@ def test_commit_source_fetched_from_origin_pull_ref(pr_repo, tmp_path, git_env):
 
 
 def test_release_tags_parse(tmp_path, fake_http):
-    assert str(sources.version_of_tag("v0.26.0")) == "0.26.0"
-    assert sources.tag_of_version("0.26.0") == "v0.26.0"
+    assert str(version_of_tag("v0.26.0")) == "0.26.0"
+    assert tag_of_version("0.26.0") == "v0.26.0"
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     for tag in ("main", "0.26.0", "vnext"):
-        with pytest.raises(SourceError, match="does not name a release") as exc:
-            sources.ensure_release(repo, tag, index_url=INDEX)
+        # the one tag parser (series.version_of_tag): the same refusal as the compose's preflight
+        with pytest.raises(SeriesError, match="does not name a release") as exc:
+            releases.ensure_release(repo, tag, index_url=INDEX)
         assert exc.value.tag == tag
     assert fake_http.requests == []
 
 
 def test_existing_tag_is_used_without_network(pr_repo, fake_http):
     up, base, *_ = pr_repo
-    commit = sources.ensure_release(pygit2.Repository(str(up)), "v1.0.0", index_url=INDEX)
+    commit = releases.ensure_release(pygit2.Repository(str(up)), "v1.0.0", index_url=INDEX)
     assert str(commit.id) == base and fake_http.requests == []
 
 
@@ -333,7 +335,7 @@ def test_tag_is_fetched_from_origin_before_pypi(pr_repo, tmp_path, git_env, fake
     _git(target, "init", "-q", env=git_env)
     _git(target, "remote", "add", "origin", str(up), env=git_env)
     repo = pygit2.Repository(str(target))
-    commit = sources.ensure_release(repo, "v1.0.0", index_url=INDEX)
+    commit = releases.ensure_release(repo, "v1.0.0", index_url=INDEX)
     assert str(commit.id) == base and fake_http.requests == []
 
 
@@ -342,10 +344,10 @@ def test_release_imported_from_index_with_provenance(tmp_path, cache, fake_http)
     serve_release(fake_http, sdist)
     repo = gitstore.open_or_init_repo(tmp_path / "vllm")
     events = []
-    commit = sources.ensure_release(repo, "v1.2.0", cache, lambda *e: events.append(e), index_url=INDEX)
+    commit = releases.ensure_release(repo, "v1.2.0", cache, lambda *e: events.append(e), index_url=INDEX)
     assert tags(repo) == ["refs/tags/v1.2.0"]
     assert repo.references["refs/tags/v1.2.0"].peel(pygit2.Commit).id == commit.id
-    prov = sources.release_provenance(commit)
+    prov = releases.release_provenance(commit)
     assert prov == {
         "Sdist": "vllm-1.2.0.tar.gz",
         "Sdist-SHA256": sha(sdist),
@@ -366,14 +368,14 @@ def test_release_imported_from_index_with_provenance(tmp_path, cache, fake_http)
     assert events[-1][1] == events[-1][2]
 
     fake_http.requests.clear()
-    again = sources.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+    again = releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
     assert again.id == commit.id and fake_http.requests == []  # a second run downloads and imports nothing
 
 
 def test_same_sdist_gives_the_same_commit_in_two_repositories(tmp_path, cache, fake_http):
     serve_release(fake_http, make_sdist())
-    a = sources.ensure_release(gitstore.open_or_init_repo(tmp_path / "a"), "v1.2.0", cache, index_url=INDEX)
-    b = sources.ensure_release(gitstore.open_or_init_repo(tmp_path / "b"), "v1.2.0", cache, index_url=INDEX)
+    a = releases.ensure_release(gitstore.open_or_init_repo(tmp_path / "a"), "v1.2.0", cache, index_url=INDEX)
+    b = releases.ensure_release(gitstore.open_or_init_repo(tmp_path / "b"), "v1.2.0", cache, index_url=INDEX)
     assert a.id == b.id
 
 
@@ -382,8 +384,8 @@ def test_html_index_is_understood(tmp_path, cache, fake_http):
     page = f'<html><body><a href="../../packages/vllm-1.2.0.tar.gz#sha256={sha(sdist)}">vllm-1.2.0.tar.gz</a></body></html>'
     fake_http.serve(PAGE, page.encode(), "text/html")
     fake_http.serve("https://index.example.invalid/packages/vllm-1.2.0.tar.gz", sdist)
-    commit = sources.ensure_release(gitstore.open_or_init_repo(tmp_path / "r"), "v1.2.0", cache, index_url=INDEX)
-    assert sources.release_provenance(commit)["Sdist-SHA256"] == sha(sdist)
+    commit = releases.ensure_release(gitstore.open_or_init_repo(tmp_path / "r"), "v1.2.0", cache, index_url=INDEX)
+    assert releases.release_provenance(commit)["Sdist-SHA256"] == sha(sdist)
 
 
 @pytest.mark.parametrize("html", [False, True])
@@ -406,7 +408,7 @@ def test_index_lists_sdists_and_wheels_from_json_or_html(fake_http, html):
             "files": [{"filename": n, "url": FILES + n, "hashes": {"sha256": h}, "yanked": bool(y)} for n, h, y in rows]
         }
         fake_http.serve(PAGE, json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json")
-    files = sources.list_index_files(INDEX)
+    files = index.list_index_files(INDEX)
     assert [(f.filename, f.sha256, str(f.version), f.is_wheel) for f in files] == [
         ("vllm-1.2.0.tar.gz", "a" * 64, "1.2.0", False),
         (wheel, "b" * 64, "1.2.0", True),
@@ -417,8 +419,8 @@ def test_index_lists_sdists_and_wheels_from_json_or_html(fake_http, html):
 
 def test_index_without_the_project_is_index_unreachable(fake_http):
     fake_http.refuse(PAGE, 404)
-    with pytest.raises(sources.IndexUnreachable, match="answered 404") as exc:
-        sources.list_index_files(INDEX)
+    with pytest.raises(index.IndexUnreachable, match="answered 404") as exc:
+        index.list_index_files(INDEX)
     assert "<index>/vllm/" in exc.value.hint
 
 
@@ -426,7 +428,7 @@ def test_version_not_on_the_index_lists_nearby_versions(tmp_path, cache, fake_ht
     serve_release(fake_http, make_sdist(), others=("1.0.0", "1.1.0", "1.3.0", "1.4.0", "2.0.0", "2.1.0"))
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     with pytest.raises(SourceError) as exc:
-        sources.ensure_release(repo, "v1.2.5", cache, index_url=INDEX)
+        releases.ensure_release(repo, "v1.2.5", cache, index_url=INDEX)
     assert "nearby releases: 1.0.0, 1.1.0, 1.2.0, 1.3.0, 1.4.0, 2.0.0)" in exc.value.message
     assert exc.value.tag == "v1.2.5" and "--onto v1.3.0" in exc.value.hint
     assert tags(repo) == []
@@ -438,14 +440,14 @@ def test_index_sha256_mismatch_is_refused(tmp_path, cache, fake_http):
     fake_http.serve(FILES + "vllm-1.2.0.tar.gz", sdist + b"\0")
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     with pytest.raises(SourceError, match="expected " + sha(sdist)):
-        sources.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+        releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
     assert tags(repo) == [] and list(cache.blob_dir.iterdir()) == []
 
 
 def test_network_down_without_cache_says_how_to_proceed(tmp_path, cache, fake_http):
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     with pytest.raises(SourceError) as exc:
-        sources.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+        releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
     assert "cannot read the package index" in exc.value.message
     assert "--sources" in exc.value.hint and "retry" in exc.value.hint
     assert tags(repo) == []
@@ -454,25 +456,25 @@ def test_network_down_without_cache_says_how_to_proceed(tmp_path, cache, fake_ht
 def test_real_network_is_blocked_in_hermetic_tests(tmp_path, cache):
     # the conftest guard makes the real urllib path fail the way an offline machine does
     with pytest.raises(SourceError, match="cannot read the package index"):
-        sources.ensure_release(gitstore.open_or_init_repo(tmp_path / "r"), "v1.2.0", cache, index_url=INDEX)
+        releases.ensure_release(gitstore.open_or_init_repo(tmp_path / "r"), "v1.2.0", cache, index_url=INDEX)
 
 
 def test_offline_import_from_seeded_sdist(tmp_path, cache, fake_http):
     (tmp_path / "dl").mkdir()
     (tmp_path / "dl" / "vllm-1.2.0.tar.gz").write_bytes(make_sdist())
-    sources.seed_cache(tmp_path / "dl", cache)
+    seed_cache(tmp_path / "dl", cache)
     repo = gitstore.open_or_init_repo(tmp_path / "r")
-    commit = sources.ensure_release(repo, "v1.2.0", cache, offline=True)
+    commit = releases.ensure_release(repo, "v1.2.0", cache, offline=True)
     assert fake_http.requests == []
-    assert sources.release_provenance(commit)["Index"] == sources.SEEDED_ORIGIN
+    assert releases.release_provenance(commit)["Index"] == SEEDED_ORIGIN
     with pytest.raises(SourceError, match="not in the cache") as exc:
-        sources.ensure_release(repo, "v1.3.0", cache, offline=True)
+        releases.ensure_release(repo, "v1.3.0", cache, offline=True)
     assert "--sources" in exc.value.hint
 
 
 def test_pip_index_url_follows_pip_environment(monkeypatch):
     monkeypatch.setenv("PIP_INDEX_URL", "https://mirror.example.invalid/simple/")
-    assert sources.pip_index_url() == "https://mirror.example.invalid/simple/"
+    assert index.pip_index_url() == "https://mirror.example.invalid/simple/"
 
 
 MALICIOUS = {
@@ -505,7 +507,7 @@ def test_malicious_sdist_is_refused_without_leaving_a_tag(case, tmp_path, cache,
     serve_release(fake_http, sdist)
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     with pytest.raises(SourceError) as exc:
-        sources.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+        releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
     assert why in exc.value.message
     assert "was not imported" in exc.value.message and exc.value.tag == "v1.2.0"
     assert list(repo.references) == []
@@ -520,7 +522,7 @@ def test_symlink_chain_escaping_through_another_link_is_refused(tmp_path, cache,
     serve_release(fake_http, make_sdist(extra=extra))
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     with pytest.raises(SourceError, match="leaves the tree"):
-        sources.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+        releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
     assert list(repo.references) == []
 
 
@@ -529,7 +531,7 @@ def test_truncated_sdist_is_refused(tmp_path, cache, fake_http):
     serve_release(fake_http, sdist)
     repo = gitstore.open_or_init_repo(tmp_path / "r")
     with pytest.raises(SourceError, match="not a readable tar.gz"):
-        sources.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+        releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
     assert list(repo.references) == []
 
 
@@ -544,12 +546,12 @@ def test_real_vllm_0_26_0_sdist_import(tmp_path, real_cache):
     known = real_cache.lookup_name(name)
     if not (known and real_cache.has(known[0])):
         try:
-            info = sources.find_sdist(sources.version_of_tag("v0.26.0"), sources.pip_index_url())
+            info = index.find_sdist(version_of_tag("v0.26.0"), index.pip_index_url())
         except SourceError as exc:
             pytest.skip(f"{name} is not cached in {real_cache.root} and PyPI is unreachable ({exc.message})")
     repo = gitstore.open_or_init_repo(tmp_path / "vllm")
-    commit = sources.ensure_release(repo, "v0.26.0", real_cache)
-    prov = sources.release_provenance(commit)
+    commit = releases.ensure_release(repo, "v0.26.0", real_cache)
+    prov = releases.release_provenance(commit)
     assert prov["Sdist"] == name
     assert prov["Sdist-SHA256"] == "23e9fa19d7e20ce7dcc1c074d41503e2116d23f19e688f5d5ea91b741f958502"
     assert prov["Upstream-Commit-Id"] == "gf2654939e"

@@ -31,8 +31,8 @@ from vllm_compose.artifacts.wheel import (
     rewrite_version_file,
     verify_wheel,
 )
+from vllm_compose.cache import Cache, seed_cache
 from vllm_compose.errors import ComposeError, SourceError
-from vllm_compose.sources import Cache, seed_cache
 from vllm_compose.trees import DirTree, OverlayTree
 
 STOCK_NAME = "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from vllm_compose.sources import Cache, default_cache_root
-from vllm_compose.sources import fetch_sdist as _fetch
+from vllm_compose.cache import Cache, default_cache_root
+from vllm_compose.releases import fetch_sdist as _fetch
 
 
 def cache_dir() -> Path:

@@ -271,7 +271,7 @@ _MISSING = object()
 
 
 def _memo_path(key: str) -> Path:
-    from .sources import default_cache_root
+    from .cache import default_cache_root
 
     return default_cache_root() / "pyflakes" / f"{key}.json"
 

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cache(args):
-    from .sources import Cache, seed_cache
+    from .cache import Cache, seed_cache
 
     cache = Cache(args.cache) if getattr(args, "cache", None) else Cache()
     if getattr(args, "sources", None):
@@ -354,7 +354,7 @@ def _validate(args) -> int:
 def _stock_wheel(args, version: str, progress=None) -> Path:
     """`--stock-wheel`, or the release's stock wheel from the wheel cache (downloaded, sha256-checked, when absent)."""
     from .artifacts.wheel import fetch_stock_wheel
-    from .sources import Cache
+    from .cache import Cache
 
     if args.stock_wheel:
         return args.stock_wheel

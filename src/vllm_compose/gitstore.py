@@ -28,6 +28,8 @@ STATE_REF = "refs/vllm-compose/state"
 #: bumped whenever the state's layout changes incompatibly; a reader refuses other versions
 STATE_FORMAT = 1
 ZERO_OID = "0" * 40
+#: seconds a `git fetch` from a remote may take before the caller falls back (to PyPI, to the pinned URL)
+FETCH_TIMEOUT = 60
 
 TREE_MODE = int(FileMode.TREE)
 BLOB_MODE = int(FileMode.BLOB)
@@ -65,6 +67,11 @@ def open_or_init_repo(path: str | os.PathLike) -> pygit2.Repository:
             hint="point --repo at a vLLM git checkout, run `git submodule update --init vllm`, "
             "or move the folder away so the tool can create a fresh repository there",
         ) from None
+
+
+def init_bare_repo(path: str | os.PathLike) -> pygit2.Repository:
+    """A new bare repository at `path` (scratch space: the image overlay composes in one)."""
+    return pygit2.init_repository(str(path), bare=True)
 
 
 def is_dirty(repo: pygit2.Repository, untracked: bool = False) -> bool:
@@ -107,6 +114,57 @@ def commit_tree(
 
 def _oid(value: pygit2.Oid | str) -> pygit2.Oid:
     return value if isinstance(value, pygit2.Oid) else pygit2.Oid(hex=str(value))
+
+
+def has_objects(repo: pygit2.Repository, ids: tuple[str, ...] | list[str]) -> bool:
+    """Whether the object database holds every one of `ids` (hex)."""
+    return all(pygit2.Oid(hex=c) in repo.odb for c in ids)
+
+
+def peel_commit(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
+    """The commit `ref` (a full ref name) points at, through annotated tags; None when there is none."""
+    try:
+        return repo.references[ref].peel(pygit2.Commit)
+    except (KeyError, pygit2.InvalidSpecError, ValueError):
+        return None
+
+
+def create_tag(
+    repo: pygit2.Repository, tag: str, commit_id: pygit2.Oid, tagger: pygit2.Signature, message: str
+) -> pygit2.Commit:
+    """Create annotated tag `tag` on `commit_id`; returns the tagged commit. When another process created the tag
+    meanwhile, theirs is kept and its commit returned."""
+    try:
+        repo.create_tag(tag, commit_id, ObjectType.COMMIT, tagger, message)
+    except (ValueError, pygit2.AlreadyExistsError, pygit2.GitError):
+        existing = peel_commit(repo, f"refs/tags/{tag}")
+        if existing is None:
+            raise
+        return existing
+    return repo[commit_id]
+
+
+def diff_bytes(repo: pygit2.Repository, base: pygit2.Oid, head: pygit2.Oid, *, renames: bool = True) -> bytes:
+    """`git diff base head` (commits or trees) as bytes; renames detected as git does by default, unless
+    `renames=False` (then a rename is a deletion and an addition)."""
+    diff = repo.diff(repo[base].peel(pygit2.Tree), repo[head].peel(pygit2.Tree))
+    if renames:
+        diff.find_similar()
+    return b"".join(patch.data for patch in diff if patch is not None)
+
+
+def changed_paths(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree, *, deleted: bool = True) -> list[str]:
+    """Paths whose content differs between two trees, sorted: added and modified ones, and deleted ones unless
+    `deleted=False` (then only paths present in `b`)."""
+    paths = set()
+    for patch in repo.diff(a, b):
+        delta = patch.delta
+        status = delta.status_char()
+        if status != "D":
+            paths.add(delta.new_file.path)
+        if deleted and status in ("D", "R"):
+            paths.add(delta.old_file.path)
+    return sorted(paths)
 
 
 def _split(path: str) -> list[str]:
@@ -245,6 +303,17 @@ def _git(repo: pygit2.Repository, *args: str) -> subprocess.CompletedProcess:
     return run_git(repo, *args)
 
 
+def fetch(repo: pygit2.Repository, remote: str, refspec: str, timeout: float = FETCH_TIMEOUT) -> bool:
+    """Best effort `git fetch --no-tags remote refspec` with a deadline; False when it fails or times out."""
+    if remote not in [r.name for r in repo.remotes]:
+        return False
+    try:
+        result = run_git(repo, "fetch", "--no-tags", "--quiet", remote, refspec, timeout=timeout)
+    except (OSError, RepositoryError):
+        return False
+    return result.returncode == 0
+
+
 def _check_ref_name(name: str) -> None:
     if not name.startswith("refs/") or not pygit2.reference_is_valid_name(name):
         raise RepositoryError(f"{name!r} is not a valid full ref name", hint="use a name like refs/heads/<branch>")
@@ -256,6 +325,13 @@ def ref_target(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:
         return repo.references[name].resolve().target
     except KeyError:
         return None
+
+
+def set_ref(repo: pygit2.Repository, name: str, target: pygit2.Oid) -> None:
+    """Point `name` at `target` whatever it held: only for refs of a scratch repository this tool owns (no one
+    else can be moving them); everything else goes through `update_ref_atomically`."""
+    _check_ref_name(name)
+    repo.references.create(name, target, force=True)
 
 
 def update_ref_atomically(

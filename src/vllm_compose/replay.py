@@ -35,6 +35,7 @@ import pygit2
 from packaging.version import Version
 
 from . import gitstore
+from .cache import Cache
 from .errors import ComposeError, ConflictError, ExitCode, RepositoryError, SeriesError
 from .patchfile import (
     FilePatch,
@@ -48,12 +49,12 @@ from .patchfile import (
 )
 from .placement import FilePlacement, Verdict, place_file, place_hunk
 from .progress import ProgressCallback
+from .releases import ensure_release
 from .series import Entry, Series, load_series, version_of_tag
-from .sources import Cache, ensure_release, fetch_entry_patch, resolve_entry_commits
+from .sources import fetch_entry_patch, resolve_entry_commits
+from .trailers import COMPOSED_BY
 from .trees import GitTree
 
-#: trailer in every commit this tool writes; a branch whose tip lacks it holds someone's own work
-COMPOSED_BY = "Composed-By: vllm-compose"
 #: keeps the commits of an interrupted compose reachable while a conflict waits for a person
 WIP_REF = "refs/vllm-compose/wip"
 STATE_REF = gitstore.STATE_REF
@@ -520,7 +521,7 @@ class Composer:
     def _final_checks(self, base: pygit2.Commit, head: pygit2.Commit, entries: list[EntryOutcome]) -> dict:
         from . import checks
 
-        changed = sorted({p for p in _changed_paths(self.repo, base.tree, head.tree)})
+        changed = gitstore.changed_paths(self.repo, base.tree, head.tree, deleted=False)
         report = checks.run_checks(
             GitTree(self.repo, base.tree),
             GitTree(self.repo, head.tree),
@@ -730,12 +731,6 @@ def abort(repo_dir: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def _changed_paths(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
-    """Paths whose content differs between two trees (present in `b`)."""
-    diff = repo.diff(a, b)
-    return [d.delta.new_file.path for d in diff if d.delta.status_char() != "D"]
-
-
 def _carried_hunks(entries: list[Entry]) -> dict[tuple[str, str, int], str]:
     """(entry, path, hunk) -> id of the later fix that carries it, from the `resolves` of the entries."""
     return {(r.entry, r.path, r.hunk): e.id for e in entries for r in e.resolves}
@@ -860,8 +855,6 @@ def _write_fix_entry(
     resolves: list[str],
 ) -> None:
     """Add the patch file and an `[[entry]]` right after `after_entry`'s block in series.toml (atomically)."""
-    from .sources import version_of_tag
-
     if patch_text is None:
         raise ConflictError(
             "the worktree holds exactly what the engine placed: no resolution to record",

@@ -98,6 +98,11 @@ def version_of_tag(tag: str) -> Version:
     return version
 
 
+def tag_of_version(version: str | Version) -> str:
+    """Version('0.26.0') -> 'v0.26.0' (the inverse of `version_of_tag`)."""
+    return f"v{version}"
+
+
 @dataclass(frozen=True)
 class Source:
     """Where an upstream PR's content comes from, pinned by content."""

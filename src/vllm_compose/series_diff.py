@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import pygit2
 
+from . import trailers
 from .errors import RepositoryError
 
-_ENTRY_TRAILER = re.compile(r"^Series-Entry: (\S+)$", re.M)
 _HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$")  # numbers and section heading move
 
 
@@ -67,7 +67,7 @@ def entry_commits(repo: pygit2.Repository, branch: str, base: str) -> list[tuple
     out = []
     commit = tip
     while commit.id != stop.id:
-        m = _ENTRY_TRAILER.search(commit.message)
+        m = trailers.ENTRY.search(commit.message)
         if not m:
             raise RepositoryError(
                 f"commit {str(commit.id)[:12]} on {branch} has no Series-Entry trailer",

@@ -23,7 +23,6 @@ lose leading zeros under PEP 440 normalisation).
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,16 +32,14 @@ from .. import gitstore
 from ..checks import CheckReport, run_checks
 from ..errors import RefusedError, RepositoryError
 from ..series import load_series, version_of_tag
+from ..trailers import COMPOSED_BY
+from ..trailers import ENTRY as ENTRY_TRAILER
+from ..trailers import UPSTREAM_PR as PR_TRAILER
 from ..trees import FileTree, GitTree
 from .wheel import PACKAGE_DIR
 
-#: trailer every commit written by the compose carries (replay.COMPOSED_BY; repeated to keep this import-light)
-COMPOSED_BY = "Composed-By: vllm-compose"
 #: commits walked from the branch tip back to the release before giving up (a series has tens of entries)
 MAX_COMMITS = 10_000
-
-_PR_TRAILER = re.compile(r"^Upstream-PR:\s*(?:.*/)?(\d+)\s*$", re.M)
-_ENTRY_TRAILER = re.compile(r"^Series-Entry:\s*(\S+)\s*$", re.M)
 
 
 @dataclass
@@ -101,14 +98,14 @@ def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None =
     if branch is None:
         branch = load_series(series_dir).branch_name(tag)
     repo = gitstore.open_or_init_repo(repo_dir)
-    base = _peel(repo, f"refs/tags/{tag}")
+    base = gitstore.peel_commit(repo, f"refs/tags/{tag}")
     if base is None:
         raise RepositoryError(
             f"release tag {tag} is not in {repo_dir}",
             tag=tag,
             hint=f"compose first: vllm-compose rebase --onto {tag} --repo {repo_dir}",
         )
-    head = _peel(repo, f"refs/heads/{branch}")
+    head = gitstore.peel_commit(repo, f"refs/heads/{branch}")
     if head is None:
         raise RepositoryError(
             f"branch {branch} is not in {repo_dir}",
@@ -129,9 +126,9 @@ def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None =
                 tag=tag,
                 hint="turn the change into a series entry (a local patch) and compose again",
             )
-        if m := _ENTRY_TRAILER.search(commit.message):
+        if m := ENTRY_TRAILER.search(commit.message):
             entries.append(m.group(1))
-        if m := _PR_TRAILER.search(commit.message):
+        if m := PR_TRAILER.search(commit.message):
             prs.append(int(m.group(1)))
         if not commit.parents:
             commit = None
@@ -145,7 +142,7 @@ def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None =
         )
     entries.reverse()
     prs.reverse()
-    changed = changed_paths(repo, base.tree, head.tree)
+    changed = gitstore.changed_paths(repo, base.tree, head.tree)
     return ComposedBranch(repo, tag, branch, base, head, changed, entries, prs)
 
 
@@ -166,17 +163,6 @@ def overlay_digest(composed: FileTree, changed: list[str]) -> str:
 def local_label(prs: list[int], digest: str) -> str:
     """`compose.<PR numbers>.g<digest[:7]>`."""
     return ".".join(["compose", *(str(n) for n in prs), "g" + digest[:7]])
-
-
-def changed_paths(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree) -> list[str]:
-    """Paths whose content differs between two trees, added, modified and deleted alike (sorted)."""
-    paths = set()
-    for patch in repo.diff(a, b):
-        delta = patch.delta
-        paths.add(delta.old_file.path if delta.status_char() == "D" else delta.new_file.path)
-        if delta.status_char() == "R":
-            paths.add(delta.old_file.path)
-    return sorted(paths)
 
 
 def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None = None) -> CheckReport:
@@ -229,10 +215,3 @@ def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:
             tag=branch.tag,
             hint="commit them as a series entry, or `git checkout .` them away, then run again",
         )
-
-
-def _peel(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
-    try:
-        return repo.lookup_reference(ref).peel(pygit2.Commit)
-    except (KeyError, pygit2.InvalidSpecError, ValueError):
-        return None

@@ -36,11 +36,11 @@ import pygit2
 
 from .. import gitstore
 from ..audit import audit, render_text
+from ..cache import Cache
 from ..checks import CheckReport, run_checks
 from ..errors import ComposeError, ExitCode, RefusedError
 from ..patchfile import parse_patch
 from ..replay import ComposeOptions, Composer, ComposeResult
-from ..sources import Cache
 from ..trees import DirTree, GitTree
 from ..validation.ampere_gate import export_tree, require_gate
 from . import branch as branch_mod
@@ -153,13 +153,13 @@ def commit_release(repo: pygit2.Repository, site_packages: Path, tag: str) -> py
         if path.suffix in SKIP_SUFFIXES or path.stat().st_size > MAX_FILE_BYTES:
             continue
         rel = path.relative_to(site_packages).as_posix()
-        mode = pygit2.enums.FileMode.BLOB_EXECUTABLE if os.access(path, os.X_OK) else pygit2.enums.FileMode.BLOB
-        entries[rel] = (gitstore.write_blob(repo, path.read_bytes()), int(mode))
+        mode = gitstore.EXEC_MODE if os.access(path, os.X_OK) else gitstore.BLOB_MODE
+        entries[rel] = (gitstore.write_blob(repo, path.read_bytes()), mode)
     tree = gitstore.tree_from_entries(repo, entries)
     when = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
     who = gitstore.signature("vllm-compose image", "image@vllm-compose.invalid", when)
     oid = gitstore.commit_tree(repo, tree, [], f"installed vllm package as {tag}\n", who, who)
-    repo.references.create(f"refs/tags/{tag}", oid, force=True)
+    gitstore.set_ref(repo, f"refs/tags/{tag}", oid)
     return repo[oid]
 
 
@@ -186,7 +186,7 @@ def overlay_site_packages(
     tag = tag or "v" + version.split("+", 1)[0]
     result = ImageOverlayResult(str(site_packages), tag, "installed")
     with _scratch(work_dir) as scratch:
-        repo = pygit2.init_repository(str(scratch / "repo"), bare=True)
+        repo = gitstore.init_bare_repo(scratch / "repo")
         base = commit_release(repo, site_packages, tag)
         options = ComposeOptions(offline=offline, import_smoke=False, worktree=scratch / "conflict")
         composed = Composer(Path(series_dir), scratch / "repo", cache, options).run(tag)
@@ -201,8 +201,8 @@ def overlay_site_packages(
         stock = GitTree(repo, base.tree, tag)
         target = branch.composed_tree()
         # the diff as `git diff <tag> <branch>` writes it: what a person would hand to check-fuzz
-        diff = repo.diff(base.tree, branch.head.tree).patch or ""
-        patch = parse_patch(diff.encode("utf-8", "surrogateescape"), name=f"compose-{tag}") if diff else None
+        diff = gitstore.diff_bytes(repo, base.tree.id, branch.head.tree.id, renames=False)
+        patch = parse_patch(diff, name=f"compose-{tag}") if diff else None
         if ampere_gate:
             # before anything is written into site-packages: the composed files' DSA kernels for sm_80/86
             try:

@@ -36,9 +36,10 @@ from typing import BinaryIO
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ..cache import Cache
 from ..errors import ComposeError, SourceError
+from ..index import IndexUnreachable, download, list_index_files, pip_index_url, redact_url
 from ..progress import ProgressCallback
-from ..sources import Cache, IndexUnreachable, download, list_index_files, pip_index_url, redact_url
 from ..trees import FileTree
 
 #: the importable package the wheel ships; source-tree paths under it map 1:1 to wheel members

@@ -1,0 +1,17 @@
+"""The trailers of a composed commit: how a compose commit says which entry it holds and that this tool wrote it.
+
+`replay` writes them at the end of every entry commit's message; `artifacts.branch` (which PRs a branch holds, for
+version labels) and `series_diff` (which commit is which entry) read them back. One place, so that writer and readers
+cannot drift apart. Kept free of imports so that readers stay light.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: in every commit this tool writes; a branch whose tip lacks it holds someone's own work
+COMPOSED_BY = "Composed-By: vllm-compose"
+#: `Series-Entry: <entry id>`: the series entry a commit holds
+ENTRY = re.compile(r"^Series-Entry:\s*(\S+)\s*$", re.M)
+#: `Upstream-PR: <url or number>`: the upstream PR an entry carries (group 1: its number)
+UPSTREAM_PR = re.compile(r"^Upstream-PR:\s*(?:.*/)?(\d+)\s*$", re.M)
