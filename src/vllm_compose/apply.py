@@ -11,12 +11,11 @@ anything is written.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 
+from .atomicfile import write_atomically
 from .errors import ComposeError, ExitCode
 from .patchfile import FilePatch, Hunk, Patch, decode_text, encode_text, join_lines, split_lines
 from .placement import Placement, Verdict, place_file
@@ -186,9 +185,9 @@ def apply_patches(target_dir: Path, patches: list[Patch], dry_run: bool = False,
             if work.original is not None:
                 target.unlink()
         elif changed:
-            _write_atomic(target, new, work.mode)
+            write_atomically(target, new, work.mode)
         if work.rejects:
-            _write_atomic(Path(str(target) + ".rej"), encode_text("".join(work.rejects)), None)
+            write_atomically(Path(str(target) + ".rej"), encode_text("".join(work.rejects)))
     return result
 
 
@@ -287,27 +286,3 @@ def _reject_text(fp: FilePatch, hunks: list[Hunk]) -> str:
     old = f"a/{fp.old_path}" if fp.old_path else "/dev/null"
     new = f"b/{fp.new_path}" if fp.new_path else "/dev/null"
     return f"--- {old}\n+++ {new}\n" + "".join(h.to_text() for h in hunks)
-
-
-def _write_atomic(path: Path, data: bytes, mode: int | None) -> None:
-    """Write `data` to `path` through a temporary file in the same directory and `os.replace`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if mode is None:
-        try:
-            mode = path.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

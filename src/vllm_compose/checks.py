@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from pyflakes import checker as pyflakes_checker
 from pyflakes import messages as pyflakes_messages
 
+from .atomicfile import write_atomically
 from .patchfile import decode_text
 from .trees import DirTree, FileTree
 
@@ -308,10 +309,7 @@ def _store_memo(key: str, messages: list | None) -> None:
     )
     path = _memo_path(key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(data))
     except OSError:
         pass
 

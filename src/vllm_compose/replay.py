@@ -35,6 +35,7 @@ import pygit2
 from packaging.version import Version
 
 from . import gitstore
+from .atomicfile import write_atomically
 from .cache import Cache
 from .errors import ComposeError, ConflictError, ExitCode, RepositoryError, SeriesError
 from .patchfile import (
@@ -863,7 +864,7 @@ def _write_fix_entry(
             hint="edit the files to carry the conflicting hunks, or --abort",
         )
     (series_dir / "patches").mkdir(exist_ok=True)
-    _atomic_write(series_dir / "patches" / fname, patch_text.encode())
+    write_atomically(series_dir / "patches" / fname, patch_text.encode())
     toml_path = series_dir / "series.toml"
     text = toml_path.read_text()
     block = (
@@ -886,17 +887,11 @@ def _write_fix_entry(
             pos = starts[i + 1] if i + 1 < len(starts) else len(text)
             break
     new_text = text[:pos].rstrip("\n") + "\n" + block + ("\n" + text[pos:] if pos < len(text) else "")
-    _atomic_write(toml_path, new_text.encode())
+    write_atomically(toml_path, new_text.encode())
 
 
 def _toml_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def compose(series_dir: Path, repo_dir: Path, tag: str, **kw) -> ComposeResult:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from .atomicfile import write_atomically
 from .errors import ComposeError
 
 
@@ -14,12 +14,7 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
     """Write `data` as JSON to `path` atomically (temp file + rename): a report is whole or absent."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
     except OSError as exc:
         raise ComposeError(
             f"cannot write the JSON report {path}: {exc.strerror}", hint="pass a writable --json path"

@@ -26,7 +26,6 @@ import csv
 import io
 import os
 import re
-import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from pathlib import Path
 import pygit2
 
 from .. import gitstore
+from ..atomicfile import write_atomically
 from ..audit import audit, render_text
 from ..cache import Cache
 from ..checks import CheckReport, run_checks
@@ -266,23 +266,7 @@ def _install(site_packages: Path, before: GitTree, after: GitTree, paths: list[s
             dest.unlink(missing_ok=True)
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(dest, data)
-
-
-def _write_atomic(dest: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if dest.exists():
-            shutil.copymode(dest, tmp)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        write_atomically(dest, data)
 
 
 def relabel_installed(site_packages: Path, new_version: str, changed: list[str]) -> Path:
@@ -294,10 +278,10 @@ def relabel_installed(site_packages: Path, new_version: str, changed: list[str])
     touched = set(changed)
     version_py = site_packages / "vllm" / "_version.py"
     if version_py.is_file():
-        _write_atomic(version_py, rewrite_version_file(version_py.read_text("utf-8"), new_version).encode())
+        write_atomically(version_py, rewrite_version_file(version_py.read_text("utf-8"), new_version).encode())
         touched.add("vllm/_version.py")
     metadata = old_info / "METADATA"
-    _write_atomic(metadata, rewrite_metadata(metadata.read_text("utf-8"), new_version).encode())
+    write_atomically(metadata, rewrite_metadata(metadata.read_text("utf-8"), new_version).encode())
     old_prefix, new_prefix = old_info.name + "/", new_info.name + "/"
     touched.add(old_prefix + "METADATA")
     rows = []
@@ -324,7 +308,7 @@ def relabel_installed(site_packages: Path, new_version: str, changed: list[str])
             rows.append([name, record_hash(data), str(len(data))])
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(rows)
-    _write_atomic(record, buf.getvalue().encode())
+    write_atomically(record, buf.getvalue().encode())
     os.replace(old_info, new_info)
     return new_info
 
