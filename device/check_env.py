@@ -9,28 +9,37 @@ import sys
 
 import torch
 
-MODULES = [
+COMMON = [
     "vllm",
     "vllm.entrypoints.llm",
     "vllm.v1.engine.core",
     "vllm.v1.executor.multiproc_executor",
     "vllm.v1.worker.gpu_worker",
     "vllm.v1.worker.gpu.model_runner",
-    "vllm.model_executor.models.deepseek_v2",
-    "vllm.model_executor.models.deepseek_mtp",
     "vllm.v1.attention.backends.mla.indexer",
-    "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
 ]
-OPTIONAL = ["vllm.v1.attention.backends.mla.triton_mla_sparse"]  # composed tree only
+#: the DSA model's modules: v0.26.0-v0.28.0 serve it from deepseek_v2, v0.29.0 and later from deepseek_v32
+V2_PATH = ["vllm.model_executor.models.deepseek_v2", "vllm.model_executor.models.deepseek_mtp"]
+V32_PATH = ["vllm.models.deepseek_v32.nvidia.model", "vllm.models.deepseek_v32.nvidia.mtp"]
+OPTIONAL = [
+    "vllm.v1.attention.backends.mla.triton_mla_sparse",  # composed tree only
+    "vllm.models.deepseek_v32.common.e4m3",  # composed v0.29.0 and later only
+    "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",  # moved in later releases
+]
 
+import importlib.util  # noqa: E402
+
+MODULES = COMMON + (V32_PATH if importlib.util.find_spec("vllm.models.deepseek_v32") else V2_PATH)
 report = {"python": sys.version.split()[0]}
-for name in ("torch", "triton", "transformers", "numpy", "pydantic"):
+for name in ("torch", "triton", "transformers", "tokenizers", "huggingface_hub", "numpy", "pydantic", "torchvision"):
     try:
         report[name] = importlib.import_module(name).__version__
     except Exception as exc:
         report[name] = f"MISSING {exc!r}"
 
 report["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+report["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+report["torch_file"] = torch.__file__
 failed = {}
 for name in MODULES + OPTIONAL:
     try:

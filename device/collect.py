@@ -1,12 +1,15 @@
 """Gather a validation session's results into at most three files under $OUT and print the verdict table.
 
     python3 device/collect.py /tmp/vc $OUT
-results.json  every run's JSON (token ids, timings, errors) plus the equality verdicts against the PP1 baseline
-records.json  per run: capability call sites that asked (under the sm_80 override) and the Triton kernels compiled
+results.json  every run's JSON (token ids, timings, errors; a failed run's exception lines from its log as
+              `log_errors`) plus the equality verdicts against the PP1 baseline
+records.json  per run: the model classes built, the capability call sites that asked (under the sm_80 override)
+              and the Triton kernels compiled
 logs.txt      the last lines of each run's log
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -56,15 +59,34 @@ def verdicts_for(stage, runs):
     return verdicts
 
 
+#: a Python exception line as vLLM's processes log it ("(EngineCore pid=12) ValueError: ...", "RuntimeError: ...")
+_EXCEPTION = re.compile(r"^(?:\(\w+(?: pid=\d+)?\) )?(?:[\w.]+\.)?(\w*(?:Error|Exception|Exit)): (.+)$")
+
+
+def log_errors(text: str, most: int = 6) -> list[str]:
+    """The distinct exception lines of a run's log, in order (a failing engine's driver only says "Engine core
+    initialization failed. See root cause above"; the cause is a worker's or the engine core's own exception)."""
+    seen: list[str] = []
+    for line in text.splitlines():
+        m = _EXCEPTION.match(line.strip())
+        if m and f"{m[1]}: {m[2]}" not in seen:
+            seen.append(f"{m[1]}: {m[2]}")
+    return seen[:most]
+
+
 def main():
     stage, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     runs = {p.stem: json.loads(p.read_text()) for p in sorted((stage / "res").glob("*.json"))}
+    for label, r in runs.items():
+        log = stage / "log" / f"{label}.log"
+        if not r.get("ok") and log.exists():
+            r["log_errors"] = log_errors(log.read_text(errors="replace"))
     verdicts = verdicts_for(stage, runs)
     (out / "results.json").write_text(json.dumps({"runs": runs, "verdicts": verdicts}, indent=1))
     records = {}
     for d in sorted((stage / "rec").glob("*")):
-        caps, kernels, other = [], {}, []
+        caps, kernels, other, classes = [], {}, [], []
         for f in d.glob("*.jsonl"):
             for line in f.read_text().splitlines():
                 try:
@@ -73,6 +95,8 @@ def main():
                     continue
                 if r["kind"] == "capability":
                     caps.append(r["caller"] + "  <- " + r["asked"])
+                elif r["kind"] == "model-class":
+                    classes.append({k: r.get(k) for k in ("class", "prefix", "draft")})
                 elif r["kind"] == "triton":
                     spec = json.loads(r["specialization"]) if r.get("specialization") else {}
                     key = (r["module"], r["qualname"], json.dumps(spec, sort_keys=True))
@@ -80,6 +104,7 @@ def main():
                 else:
                     other.append(r)
         records[d.name] = {
+            "model_classes": [dict(t) for t in sorted({tuple(c.items()) for c in classes})],
             "capability_callers": sorted(set(caps)),
             "triton_kernels": list(kernels.values()),
             "other": other[:60],
@@ -108,6 +133,8 @@ def main():
         b = r.get("bench") or {}
         v = verdicts.get(label)
         note = (r.get("error") or "")[:150]
+        if r.get("log_errors"):
+            note += " | log: " + r["log_errors"][-1][:150]
         if v:
             parts = []
             if "as_predicted" in v:
@@ -136,6 +163,7 @@ def main():
     for label, rec in records.items():
         print(
             f"{label}: {len(rec['triton_kernels'])} triton compilations, {len(rec['capability_callers'])} capability call sites"
+            f"; model classes: {', '.join(c['class'] for c in rec['model_classes']) or 'none recorded'}"
         )
 
 

@@ -9,15 +9,24 @@ START=$(date +%s); BUDGET=${VC_BUDGET_S:-540}
 # the run numbers of the loop phases (r5l, r5al): VC_LOOPS (4) of them from VC_LOOP_FROM (1)
 LOOP_IDS=$(seq "${VC_LOOP_FROM:-1}" $(( ${VC_LOOP_FROM:-1} + ${VC_LOOPS:-4} - 1 )))
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# VC_ONE_GPU=1 (a one-GPU machine): the two-engine phases (p1 p2 p6 f1 c1 c2) run their engines one after another
-# on GPU 0 instead of side by side on GPUs 0 and 1. G1 is the second engine's GPU; "bg run ..." is "run ... &" on two
-# GPUs and a plain run on one.
-G1=1; [ "${VC_ONE_GPU:-0}" = 1 ] && G1=0
+# On a one-GPU machine (nvidia-smi lists one GPU, or VC_ONE_GPU=1) the two-engine phases (p1 p2 p6 f1 c1 c2) run
+# their engines one after another on GPU 0 instead of side by side on GPUs 0 and 1, and a run that needs more GPUs
+# than the machine has (PP2, PP4) is not started: its result says so. G1 is the second engine's GPU; "bg run ..." is
+# "run ... &" on two GPUs and a plain run on one.
+NGPU=${VC_NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+[ "${VC_ONE_GPU:-0}" = 1 ] && NGPU=1
+G1=1; [ "$NGPU" -lt 2 ] && G1=0
 bg() { if [ "$G1" = 0 ]; then "$@"; else "$@" & fi; }
 
 # run LABEL TREE GPUS CAPABILITY [validate.py args...]; CAPABILITY "-" = the real one
 run() {
   local label=$1 tree=$2 gpus=$3 cap=$4; shift 4
+  local need; need=$(( $(echo "$gpus" | tr -cd ',' | wc -c) + 1 ))
+  if [ "$need" -gt "$NGPU" ]; then
+    echo "SKIP $label (needs $need GPUs, this machine has $NGPU)"
+    echo "{\"label\":\"$label\",\"ok\":false,\"error\":\"not run: needs $need GPUs, the machine has $NGPU\"}" > "$S/res/$label.json"
+    return
+  fi
   local left=$(( BUDGET - ($(date +%s) - START) ))
   if [ "$left" -lt 60 ]; then echo "SKIP $label (time)"; echo "{\"label\":\"$label\",\"ok\":false,\"error\":\"not run: time\"}" > "$S/res/$label.json"; return; fi
   local lim=$(( left - 10 < 300 ? left - 10 : 300 ))

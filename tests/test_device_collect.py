@@ -41,7 +41,22 @@ def test_collect_judges_cycle_runs_and_keeps_the_failed_runs_log(tmp_path):
     }
     for label, r in runs.items():
         (stage / "res" / f"{label}.json").write_text(json.dumps(r))
-    (stage / "log" / "stock_cycle_pp1.log").write_text("first line names the assert\n" + "x\n" * 10)
+    (stage / "log" / "stock_cycle_pp1.log").write_text(
+        "first line names the assert\n"
+        + "x\n" * 10
+        + "(EngineCore pid=41) RuntimeError: DeepGEMM backend is not available or outdated.\n"
+        + "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    rec = stage / "rec" / "cycle_pp1_mtp1"
+    rec.mkdir(parents=True)
+    (rec / "7.jsonl").write_text(
+        json.dumps({"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.model.X", "prefix": "",
+                    "draft": False})
+        + "\n"
+        + json.dumps({"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.mtp.Y", "prefix": "",
+                      "draft": True})
+        + "\n"
+    )
     proc = subprocess.run(
         [sys.executable, str(REPO / "device" / "collect.py"), str(stage), str(out)], capture_output=True, text=True
     )
@@ -54,3 +69,15 @@ def test_collect_judges_cycle_runs_and_keeps_the_failed_runs_log(tmp_path):
     assert "stock_cycle_pp1" not in v
     assert (out / "failed-logs" / "stock_cycle_pp1.log").read_text().startswith("first line names the assert")
     assert "OFF PREDICTION" in proc.stdout and "spec counters as predicted" in proc.stdout
+    # the stock failure's root cause is in results.json, not only in the log
+    stock = json.loads((out / "results.json").read_text())["runs"]["stock_cycle_pp1"]
+    assert stock["log_errors"] == [
+        "RuntimeError: DeepGEMM backend is not available or outdated.",
+        "RuntimeError: Engine core initialization failed. See root cause above.",
+    ]
+    classes = json.loads((out / "records.json").read_text())["cycle_pp1_mtp1"]["model_classes"]
+    assert [c["class"] for c in classes] == [
+        "vllm.models.deepseek_v32.nvidia.model.X",
+        "vllm.models.deepseek_v32.nvidia.mtp.Y",
+    ]
+    assert [c["draft"] for c in classes] == [False, True]

@@ -191,3 +191,40 @@ def test_async_checks_count_without_raising_clamp_and_report_once(tmp_path):
     assert [r.get("change") for r in lines if r.get("what") == "vllm.v1.worker.gpu.pp_utils"] == [
         "broadcast on the main stream"
     ]
+
+
+LOADER_UTILS = """
+class Model:
+    pass
+
+
+class Draft:
+    pass
+
+
+def initialize_model(vllm_config, *, prefix="", model_class=None, model_config=None):
+    return Draft() if model_config is not None else Model()
+"""
+
+
+def test_the_model_classes_a_run_builds_are_recorded(tmp_path):
+    fake = tmp_path / "fake"
+    _package(fake, {"vllm/model_executor/model_loader/utils.py": LOADER_UTILS})
+    records = tmp_path / "rec"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(HOOK_DIR)]), "VC_RECORD_DIR": str(records)}
+    for key in ("VC_CHECK_TOKEN_IDS", "VC_FAKE_CAPABILITY"):
+        env.pop(key, None)
+    code = (
+        # imported by name, as vLLM's loaders do: the patch must be in place before anyone takes the function
+        "from vllm.model_executor.model_loader.utils import initialize_model\n"
+        "initialize_model(None, prefix='model')\n"
+        "initialize_model(None, model_config=object())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(x) for f in records.glob("*.jsonl") for x in f.read_text().splitlines()]
+    built = [(r["class"], r["prefix"], r["draft"]) for r in lines if r["kind"] == "model-class"]
+    assert built == [
+        ("vllm.model_executor.model_loader.utils.Model", "model", False),
+        ("vllm.model_executor.model_loader.utils.Draft", "", True),
+    ]

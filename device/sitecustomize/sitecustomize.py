@@ -13,6 +13,8 @@ VC_RECORD_DIR=/path      each process appends JSON lines there (`<pid>.jsonl`):
                          {"kind": "capability", "caller": "vllm/...py:LINE func", "asked": ...} once per call site;
                          {"kind": "triton", "module": ..., "qualname": ..., "specialization": <triton JSON>} once per
                          Triton compilation (Triton's jit_cache_hook, called on each in-memory cache miss).
+                         {"kind": "model-class", "class": "vllm...Class", ...} for each model `initialize_model`
+                         builds (the target model, and the MTP draft's with "draft": true).
 VC_CHECK_TOKEN_IDS=1     diagnostics for an out-of-range token id (docs/validation.md, open finding 2): every
                          `VocabParallelEmbedding.forward` checks its ids against the embedding's rows, and the MTP
                          draft's `compute_logits` counts rows that are not finite; each check synchronizes with the
@@ -268,8 +270,33 @@ def _patch_pp_stream(module):
     _record({"kind": "patched", "what": module.__name__, "change": "broadcast on the main stream", "pid": os.getpid()})
 
 
+def _patch_model_init(module):
+    original = module.initialize_model
+
+    def initialize_model(*args, **kwargs):
+        model = original(*args, **kwargs)
+        cls = type(model)
+        model_config = kwargs.get("model_config")
+        _record(
+            {
+                "kind": "model-class",
+                "class": f"{cls.__module__}.{cls.__qualname__}",
+                "prefix": kwargs.get("prefix", ""),
+                "draft": model_config is not None,
+                "pid": os.getpid(),
+            }
+        )
+        return model
+
+    module.initialize_model = initialize_model
+    _record({"kind": "patched", "what": module.__name__, "pid": os.getpid()})
+
+
 #: module name -> function patching it right after it executes
 _PATCHES = {}
+if _RECORD_DIR:
+    # which model classes the run built (the DSA path of the release must be the one that ran)
+    _PATCHES["vllm.model_executor.model_loader.utils"] = _patch_model_init
 if _FAKE:
     _PATCHES["vllm.platforms.cuda"] = _patch_platform
 if _CHECK_IDS:
