@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_compose.apply import MARKER_BASE, MARKER_OURS, MARKER_SEP, MARKER_THEIRS, apply_patches
+from vllm_compose.apply import apply_patches
+from vllm_compose.conflict import MARKER_BASE, MARKER_OURS, MARKER_SEP, MARKER_THEIRS
 from vllm_compose.errors import ComposeError, ExitCode
 from vllm_compose.patchfile import FilePatch, Patch, PatchHeader, parse_patch
 from vllm_compose.placement import Verdict

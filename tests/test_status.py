@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from vllm_compose.checks import CheckReport, CheckResult
+from vllm_compose.results import CheckStatus
 from vllm_compose.status import ReleaseStatus, render_status
 from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
 from vllm_compose.validation.gpu_evidence import ReleaseEvidence, RunConfig
@@ -11,7 +13,7 @@ from vllm_compose.validation.gpu_evidence import ReleaseEvidence, RunConfig
 
 def _compose(tag: str, status: str = "composed", message: str = ""):
     entry = SimpleNamespace(id="pr1", status="applied", hunks=[], verdict_counts=lambda: {"exact": 1})
-    checks = {"checks": [{"name": "compile", "status": "pass"}]}
+    checks = CheckReport(None, [CheckResult("compile", CheckStatus.PASS)])
     return SimpleNamespace(tag=tag, status=status, entries=[entry], final_checks=checks, message=message)
 
 

@@ -16,16 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 
 from .atomicfile import write_atomically
+from .conflict import with_markers
 from .errors import ComposeError, ExitCode
 from .patchfile import FilePatch, Hunk, Patch, decode_text, encode_text, join_lines, split_lines
-from .placement import Placement, Verdict, place_file
+from .placement import Verdict, place_file
 from .report import hunk_json
 
 #: conflict marker labels (diff3 style, as `git merge-file --diff3` writes them)
-MARKER_OURS = "<<<<<<< target"
-MARKER_BASE = "||||||| patch base"
-MARKER_SEP = "======="
-MARKER_THEIRS = ">>>>>>> patch"
 
 
 @dataclass
@@ -222,7 +219,7 @@ def _apply_file(label: str, fp: FilePatch, files: dict[str, _FileWork], markers:
     conflicts = [p for p in placements if not p.ok]
     if markers and conflicts:
         lines, final_nl = split_lines(src.text or "")
-        new_text: str | None = join_lines(_with_markers(lines, placements), final_nl)
+        new_text: str | None = join_lines(with_markers(lines, placements), final_nl)
     else:
         new_text = result.new_text
         if new_text is None and not fp.is_delete:
@@ -240,44 +237,6 @@ def _apply_file(label: str, fp: FilePatch, files: dict[str, _FileWork], markers:
         dst.mode = _mode_bits(fp.new_mode) or 0o644
     elif fp.new_mode and fp.old_mode != fp.new_mode:
         dst.mode = _mode_bits(fp.new_mode)
-    return out
-
-
-def _with_markers(lines: list[str], placements: list[Placement]) -> list[str]:
-    """The file with placed hunks applied and each conflict written as diff3 markers at its best candidate site."""
-    edits: list[tuple[int, int, list[str]]] = []
-    for p in placements:
-        if p.ok and p.replacement is not None and p.start is not None:
-            edits.append((p.start, p.end if p.end is not None else p.start, p.replacement))
-        elif not p.ok:
-            pre = p.hunk.pre_image
-            if p.candidates:
-                start = max(0, p.candidates[0][0] - 1 - p.hunk.leading_context)
-            else:
-                start = max(0, min(len(lines), p.hunk.old_start - 1))
-            end = min(len(lines), start + len(pre)) if p.candidates else start
-            edits.append(
-                (
-                    start,
-                    end,
-                    [MARKER_OURS, *lines[start:end], MARKER_BASE, *pre, MARKER_SEP, *p.hunk.post_image, MARKER_THEIRS],
-                )
-            )
-    out: list[str] = []
-    at = 0
-    for start, end, repl in sorted(edits, key=lambda e: (e[0], e[1])):
-        if start < at:
-            # overlaps an edit already made: keep the target lines of the overlap untouched, put the block after it
-            if repl and repl[0] == MARKER_OURS:
-                base_at = repl.index(MARKER_BASE)
-                repl = [MARKER_OURS, *repl[base_at:]]
-                start = end = at
-            else:
-                continue
-        out += lines[at:start]
-        out += repl
-        at = max(at, end)
-    out += lines[at:]
     return out
 
 

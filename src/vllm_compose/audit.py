@@ -24,7 +24,6 @@ acceptable site at all), `failed` (not present in the patched file), `ambiguous`
 from __future__ import annotations
 
 import difflib
-import enum
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,24 +32,9 @@ from pathlib import PurePath
 from .patchfile import FilePatch, Hunk, Patch, decode_text, split_lines
 from .placement import Placement, Verdict, place_file, place_hunk
 from .report import hunk_json
+from .results import AuditVerdict
 from .scope import Scope, scope_at
 from .trees import FileTree
-
-
-class AuditVerdict(enum.StrEnum):
-    """What the audit found for one hunk."""
-
-    EXACT = "exact"  # landed where the engine puts it; pre-image verbatim at the header's line
-    OFFSET = "offset"  # landed where the engine puts it; pre-image verbatim at another line
-    FUZZY = "fuzzy"  # landed at the engine's unique best site though the context differed
-    ALREADY_APPLIED = "already-applied"  # stock (or the earlier patches) already contained the change
-    MISPLACED = "misplaced"  # landed elsewhere than the engine's site, or where the engine finds no site
-    FAILED = "failed"  # the change is not present in the patched file
-    AMBIGUOUS = "ambiguous"  # the engine finds no unique right site
-
-    def __str__(self) -> str:
-        return self.value
-
 
 #: verdicts that make an audit fail
 BAD_VERDICTS = frozenset({AuditVerdict.MISPLACED, AuditVerdict.FAILED, AuditVerdict.AMBIGUOUS})

@@ -34,9 +34,12 @@ from pyflakes import messages as pyflakes_messages
 
 from .atomicfile import write_atomically
 from .patchfile import decode_text
+from .results import CheckStatus, Severity
 from .trees import DirTree, FileTree
 
-PASS, FAIL, WARN, SKIPPED = "pass", "fail", "warn", "skipped"
+#: the check statuses and finding severities by their short names (results.CheckStatus, results.Severity)
+PASS, FAIL, WARN, SKIPPED = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.WARN, CheckStatus.SKIPPED
+ERROR, WARNING = Severity.ERROR, Severity.WARNING
 
 #: pyflakes messages that mean "this name does not exist here": a new one is an error
 UNDEFINED_KINDS = (
@@ -64,7 +67,7 @@ class Finding:
     """One problem found by a check, tied to a file, a line and the entry that introduced it."""
 
     check: str
-    severity: str  # "error" or "warning"
+    severity: Severity
     file: str
     line: int | None
     message: str
@@ -93,7 +96,7 @@ class CheckResult:
     """The outcome of one check: status in {pass, fail, warn, skipped}, its findings, and why it was skipped."""
 
     name: str
-    status: str
+    status: CheckStatus
     findings: list[Finding] = field(default_factory=list)
     reason: str | None = None
     files: int = 0
@@ -184,7 +187,7 @@ def check_compile(
                 result.findings.append(
                     Finding(
                         "compile",
-                        "warning",
+                        WARNING,
                         path,
                         line,
                         message + " (the release's file does not compile either)",
@@ -192,8 +195,8 @@ def check_compile(
                     )
                 )
             else:
-                result.findings.append(Finding("compile", "error", path, line, message, entry=entry_id))
-    if any(f.severity == "error" for f in result.findings):
+                result.findings.append(Finding("compile", ERROR, path, line, message, entry=entry_id))
+    if any(f.severity == ERROR for f in result.findings):
         result.status = FAIL
     else:
         result.status = WARN if result.findings else PASS
@@ -240,7 +243,7 @@ def check_undefined_names(
                     entry=entry_id,
                 )
             )
-    if any(f.severity == "error" for f in result.findings):
+    if any(f.severity == ERROR for f in result.findings):
         result.status = FAIL
     elif result.findings:
         result.status = WARN
@@ -356,7 +359,7 @@ def _new_messages(old: list, new: list, old_source: bytes | None, new_source: by
                 changed_lines = _changed_lines(old_source or b"", new_source)
             messages = sorted(messages, key=lambda m: (m.lineno not in changed_lines, m.lineno))
         for m in messages[:surplus]:
-            picked.append((m, "error" if isinstance(m, UNDEFINED_KINDS) else "warning"))
+            picked.append((m, ERROR if isinstance(m, UNDEFINED_KINDS) else WARNING))
     picked.sort(key=lambda mp: (mp[0].lineno, mp[0].col))
     return picked
 
@@ -491,7 +494,7 @@ def check_import_smoke(
             result.findings.append(
                 Finding(
                     "import-smoke",
-                    "error",
+                    ERROR,
                     "",
                     None,
                     f"importing the changed modules took over {timeout:.0f} s",
@@ -509,7 +512,7 @@ def check_import_smoke(
         result.findings.append(
             Finding(
                 "import-smoke",
-                "error",
+                ERROR,
                 "",
                 None,
                 f"the import subprocess died (exit {proc.returncode}): {tail}",
@@ -528,7 +531,7 @@ def check_import_smoke(
             result.findings.append(
                 Finding(
                     "import-smoke",
-                    "error",
+                    ERROR,
                     path,
                     line,
                     f"import {name} failed: {failure['error']}",

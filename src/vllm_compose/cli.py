@@ -242,17 +242,17 @@ def _cache(args):
 
 
 def _rebase(args) -> int:
-    from . import replay
+    from . import compose
     from .report import render_compose, write_json
 
     if args.abort:
-        print(replay.abort(args.repo))
+        print(compose.abort(args.repo))
         return ExitCode.OK
     if not args.onto and not args.resume:
         raise ComposeError("--onto TAG is required", hint="e.g. --onto v0.26.0")
     if args.message and not args.resume:
         raise ComposeError("--message goes with --continue")
-    options = replay.ComposeOptions(
+    options = compose.ComposeOptions(
         offline=args.offline,
         worktree=args.worktree,
         accept_check_failures=args.accept_check_failures,
@@ -262,9 +262,9 @@ def _rebase(args) -> int:
         import_smoke=not args.no_import_smoke,
     )
     with _progress(args.quiet) as progress:
-        composer = replay.Composer(args.series, args.repo, _cache(args), options, progress)
+        composer = compose.Composer(args.series, args.repo, _cache(args), options, progress)
         if args.resume:
-            result = replay.resume(args.series, args.repo, composer, args.message)
+            result = compose.resume(args.series, args.repo, composer, args.message)
         else:
             result = composer.run(args.onto)
     print(render_compose(result), end="")
@@ -462,7 +462,7 @@ def _image_overlay(args) -> int:
 
 
 def _status(args) -> int:
-    from . import replay
+    from . import compose
     from .report import write_json
     from .series import version_of_tag
     from .status import ReleaseStatus, render_status, write_marked_section
@@ -470,12 +470,12 @@ def _status(args) -> int:
     from .validation.gpu_evidence import collect_gpu_evidence
 
     cache = _cache(args)
-    options = replay.ComposeOptions(offline=args.offline, keep_state=False)
+    options = compose.ComposeOptions(offline=args.offline, keep_state=False)
     gpu = collect_gpu_evidence(args.gpu_results)
     unavailable = None if args.no_ampere_gate else ampere_gate.gate_unavailable()
     rows = []
     for tag in args.onto:
-        result = replay.Composer(args.series, args.repo, cache, options).run(tag)
+        result = compose.Composer(args.series, args.repo, cache, options).run(tag)
         row = ReleaseStatus(result, gpu=gpu.get(str(version_of_tag(tag))))
         if args.no_ampere_gate or unavailable:
             row.gate = row.stock_gate = "--no-ampere-gate" if args.no_ampere_gate else unavailable
@@ -540,7 +540,7 @@ def _series_diff(args) -> int:
 def _audit_series(args) -> int:
     import tempfile
 
-    from . import replay
+    from . import compose
     from .report import render_compose
 
     if not args.onto:
@@ -548,8 +548,8 @@ def _audit_series(args) -> int:
     worst = ExitCode.OK
     for tag in args.onto:
         with tempfile.TemporaryDirectory(prefix="vllm-compose-audit-") as tmp:
-            options = replay.ComposeOptions(offline=args.offline, import_smoke=False, worktree=Path(tmp) / "conflict")
-            result = replay.Composer(args.series, Path(tmp) / "repo", _cache(args), options).run(tag)
+            options = compose.ComposeOptions(offline=args.offline, import_smoke=False, worktree=Path(tmp) / "conflict")
+            result = compose.Composer(args.series, Path(tmp) / "repo", _cache(args), options).run(tag)
         print(render_compose(result), end="")
         worst = max(worst, result.exit_code)
     return worst

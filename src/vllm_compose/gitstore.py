@@ -153,6 +153,17 @@ def diff_bytes(repo: pygit2.Repository, base: pygit2.Oid, head: pygit2.Oid, *, r
     return b"".join(patch.data for patch in diff if patch is not None)
 
 
+def merge_trees(repo: pygit2.Repository, base: pygit2.Oid, ours: pygit2.Oid, theirs: pygit2.Oid) -> pygit2.Index:
+    """git's 3-way merge of three commits' (or trees') trees, in memory: an index whose `conflicts` name the files
+    that need a person; nothing is written to any ref, index file or worktree."""
+    return repo.merge_trees(repo[base].peel(pygit2.Tree), repo[ours].peel(pygit2.Tree), repo[theirs].peel(pygit2.Tree))
+
+
+def merge_file(repo: pygit2.Repository, ancestor, ours, theirs) -> str:
+    """One conflicted file of `merge_trees` (its index entries) as text with git's conflict markers."""
+    return repo.merge_file_from_index(ancestor, ours, theirs).contents
+
+
 def changed_paths(repo: pygit2.Repository, a: pygit2.Tree, b: pygit2.Tree, *, deleted: bool = True) -> list[str]:
     """Paths whose content differs between two trees, sorted: added and modified ones, and deleted ones unless
     `deleted=False` (then only paths present in `b`)."""

@@ -52,12 +52,12 @@ def render_compose(result) -> str:
         if e.reason and e.status != "applied":
             out.append(f"  {''.ljust(width)}  {'':<17} {e.reason}")
         if e.checks:
-            for c in e.checks.get("checks", []):
-                if c.get("status") == "fail":
-                    errors = [f for f in c.get("findings", []) if f.get("severity") == "error"]
-                    out.append(f"  {''.ljust(width)}  check {c['name']} after this entry: {len(errors)} error(s)")
+            for c in e.checks.results:
+                if c.status == "fail":
+                    errors = [f for f in c.findings if f.severity == "error"]
+                    out.append(f"  {''.ljust(width)}  check {c.name} after this entry: {len(errors)} error(s)")
                     for f in errors[:5]:
-                        out.append(f"  {''.ljust(width)}    {f.get('file')}:{f.get('line')}: {f.get('message')}")
+                        out.append(f"  {''.ljust(width)}    {f.file}:{f.line}: {f.message}")
     notable = [(e.id, h) for e in result.entries for h in e.hunks if h.verdict not in ("exact", "offset")]
     if notable:
         out += ["", "hunks that needed more than an offset:"]
@@ -71,12 +71,12 @@ def render_compose(result) -> str:
     out.append("")
     if result.final_checks:
         out.append("checks of the composed tree against the release:")
-        for c in result.final_checks.get("checks", []):
-            reason = f" ({c['reason']})" if c.get("reason") else ""
-            out.append(f"  {c['name']:<16} {c['status']}{reason}")
-            for f in c.get("findings", [])[:10]:
-                by = f" (entry {f['entry']})" if f.get("entry") else ""
-                out.append(f"    {f.get('severity')}: {f.get('file')}:{f.get('line')}: {f.get('message')}{by}")
+        for c in result.final_checks.results:
+            reason = f" ({c.reason})" if c.reason else ""
+            out.append(f"  {c.name:<16} {c.status}{reason}")
+            for f in c.findings[:10]:
+                by = f" (entry {f.entry})" if f.entry else ""
+                out.append(f"    {f.severity}: {f.file}:{f.line}: {f.message}{by}")
         out.append("")
     if result.accepted_failures:
         out.append("ACCEPTED CHECK FAILURES (--accept-check-failures): " + "; ".join(result.accepted_failures))

@@ -17,8 +17,9 @@ import pygit2
 
 from . import gitstore
 from .cache import Cache
-from .errors import SourceError
+from .errors import ComposeError, SourceError
 from .index import download, seeded_mismatch
+from .patchfile import Patch, parse_patch
 from .progress import ProgressCallback
 from .series import Entry
 
@@ -178,3 +179,22 @@ def filter_patch_paths(data: bytes, globs: tuple[str, ...] | list[str], strip: i
         if any(p and fnmatch.fnmatchcase(p, g) for p in paths for g in globs):
             out.extend(section)
     return b"".join(out)
+
+
+def entry_patch(
+    entry: Entry,
+    cache: Cache,
+    offline: bool = False,
+    progress: ProgressCallback | None = None,
+    repo: pygit2.Repository | None = None,
+) -> Patch:
+    """The entry's content parsed (`fetch_entry_patch`, then `patchfile.parse_patch`); a local entry's patch is the
+    one the series loaded. A parse error names the entry."""
+    if entry.patch is not None:
+        return entry.patch
+    data = fetch_entry_patch(entry, cache, offline=offline, progress=progress, repo=repo)
+    try:
+        return parse_patch(data, name=entry.id, strip=entry.source.strip if entry.source else 1)
+    except ComposeError as exc:
+        exc.entry = entry.id
+        raise

@@ -48,8 +48,8 @@ def _checks_cell(result) -> str:
     if not result.final_checks:
         return "—"
     parts = []
-    for c in result.final_checks.get("checks", []):
-        parts.append(f"{c['name']}: {c['status']}")
+    for c in result.final_checks.results:
+        parts.append(f"{c.name}: {c.status}")
     return "; ".join(parts)
 
 
@@ -57,7 +57,7 @@ def _checks_cell(result) -> str:
 class ReleaseStatus:
     """The evidence about one release: its compose, the Ampere gate of the compose and of stock, its GPU runs."""
 
-    compose: object  # replay.ComposeResult
+    compose: object  # results.ComposeResult
     #: the gate's report of the compose branch, or why it was not run
     gate: object | str | None = None  # ampere_gate.AmpereGateReport | str
     #: the gate's report of the stock release, or why it was not run

@@ -8,7 +8,7 @@ The Dockerfile (`FROM vllm/vllm-openai:<tag>`) runs `vllm-compose image-overlay 
                installed files *are* the release here: composing onto them proves placement on exactly the files
                that will run, even where an image's build differs from the PyPI sdist. No sdist download is needed;
                only the entries' content (`--sources DIR` from a build context, or the network).
-2. compose   — the ordinary compose (`replay.Composer`: placement, per-entry checks, audit) onto that commit. A
+2. compose   — the ordinary compose (`compose.Composer`: placement, per-entry checks, audit) onto that commit. A
                conflict or refusal stops here and nothing in site-packages is touched.
 3. install   — write the composed files into site-packages (each by temporary file + rename).
 4. verify    — the audit of site-packages before/after against the composed diff (`check-fuzz`: every hunk where it
@@ -35,12 +35,13 @@ import pygit2
 
 from .. import gitstore
 from ..atomicfile import write_atomically
-from ..audit import audit, render_text
+from ..audit import AuditReport, audit, render_text
 from ..cache import Cache
 from ..checks import CheckReport, run_checks
+from ..compose import ComposeOptions, Composer
 from ..errors import ComposeError, ExitCode, RefusedError
 from ..patchfile import parse_patch
-from ..replay import ComposeOptions, Composer, ComposeResult
+from ..results import ComposeResult, ComposeStatus, OverlayStatus
 from ..trees import DirTree, GitTree
 from ..validation.ampere_gate import export_tree, require_gate
 from . import branch as branch_mod
@@ -60,32 +61,32 @@ class ImageOverlayResult:
 
     site_packages: str
     tag: str
-    status: str  # installed | dry-run | conflict | refused
+    status: OverlayStatus
     version: str | None = None
     compose: ComposeResult | None = None
     changed: list[str] = field(default_factory=list)
-    audit: dict | None = None
-    checks: dict | None = None
+    audit: AuditReport | None = None
+    checks: CheckReport | None = None
     #: the Ampere gate of the composed files (validation.ampere_gate), or {"skipped": ...}
     ampere_gate: dict | None = None
     message: str = ""
 
     @property
     def exit_code(self) -> ExitCode:
-        if self.status in ("installed", "dry-run"):
+        if self.status in (OverlayStatus.INSTALLED, OverlayStatus.DRY_RUN):
             return ExitCode.OK
-        return ExitCode.CONFLICT if self.status == "conflict" else ExitCode.REFUSED
+        return ExitCode.CONFLICT if self.status is OverlayStatus.CONFLICT else ExitCode.REFUSED
 
     def to_json(self) -> dict:
         return {
             "site_packages": self.site_packages,
             "tag": self.tag,
-            "status": self.status,
+            "status": str(self.status),
             "version": self.version,
             "message": self.message,
             "changed": self.changed,
-            "audit": self.audit,
-            "checks": self.checks,
+            "audit": self.audit.to_json() if self.audit is not None else None,
+            "checks": self.checks.to_json() if self.checks is not None else None,
             "ampere_gate": self.ampere_gate,
             "compose": self.compose.to_json() if self.compose else None,
         }
@@ -98,8 +99,8 @@ class ImageOverlayResult:
                 lines.append(f"  {e.id:<50} {e.status}")
         if self.changed:
             lines.append(f"  {len(self.changed)} files changed")
-        for c in (self.checks or {}).get("checks", []):
-            lines.append(f"  check {c['name']:<16} {c['status']}" + (f" ({c['reason']})" if c.get("reason") else ""))
+        for c in self.checks.results if self.checks is not None else []:
+            lines.append(f"  check {c.name:<16} {c.status}" + (f" ({c.reason})" if c.reason else ""))
         if self.ampere_gate is not None:
             gate = self.ampere_gate
             lines.append(
@@ -184,15 +185,15 @@ def overlay_site_packages(
     site_packages = Path(site_packages).resolve()
     version = installed_version(site_packages)
     tag = tag or "v" + version.split("+", 1)[0]
-    result = ImageOverlayResult(str(site_packages), tag, "installed")
+    result = ImageOverlayResult(str(site_packages), tag, OverlayStatus.INSTALLED)
     with _scratch(work_dir) as scratch:
         repo = gitstore.init_bare_repo(scratch / "repo")
         base = commit_release(repo, site_packages, tag)
         options = ComposeOptions(offline=offline, import_smoke=False, worktree=scratch / "conflict")
         composed = Composer(Path(series_dir), scratch / "repo", cache, options).run(tag)
         result.compose = composed
-        if composed.status != "composed":
-            result.status = composed.status
+        if composed.status is not ComposeStatus.COMPOSED:
+            result.status = OverlayStatus(composed.status)
             result.message = composed.message + " — site-packages not changed"
             return result
         branch = branch_mod.open_branch(scratch / "repo", Path(series_dir), tag)
@@ -208,7 +209,7 @@ def overlay_site_packages(
             try:
                 report = require_gate(export_tree(target, scratch / "gate"), branch.branch)
             except RefusedError as exc:
-                result.status = "refused"
+                result.status = OverlayStatus.REFUSED
                 result.ampere_gate = {"ok": False, "error": exc.message}
                 result.message = f"{exc.message} — site-packages not changed\n  hint: {exc.hint}"
                 return result
@@ -216,14 +217,14 @@ def overlay_site_packages(
         else:
             result.ampere_gate = {"skipped": "--no-ampere-gate"}
         if dry_run:
-            result.status = "dry-run"
+            result.status = OverlayStatus.DRY_RUN
             result.version = new_version
             result.message = f"dry run: {len(result.changed)} files would change"
             return result
         _install(site_packages, stock, target, result.changed)
         try:
             report = audit(stock, DirTree(site_packages), [patch]) if patch else None
-            result.audit = report.to_json() if report else None
+            result.audit = report
             checks = run_checks(
                 stock,
                 DirTree(site_packages),
@@ -231,11 +232,11 @@ def overlay_site_packages(
                 import_smoke=import_smoke,
                 python=python or sys.executable,
             )
-            result.checks = checks.to_json()
+            result.checks = checks
             _refuse_unless_clean(report, checks, tag)
         except RefusedError as exc:
             _install(site_packages, target, stock, result.changed)
-            result.status = "refused"
+            result.status = OverlayStatus.REFUSED
             result.message = f"{exc.message} — the stock files were restored"
             return result
         except BaseException:
