@@ -1,0 +1,22 @@
+import os
+
+
+def greet(person: str, shout: bool = False) -> str:
+    text = f"hello {person}"
+    if shout:
+        text = text.upper()
+    return text
+
+
+def farewell(name):
+    return "bye " + name
+
+
+class Engine:
+    def __init__(self, size):
+        self.size = size
+        self.steps = 0
+
+    def step(self, batch):
+        self.steps += 1
+        return [x * self.size for x in batch]

@@ -1,0 +1,27 @@
+import os
+
+
+def greet(name, *, loud=False, suffix=""):
+    text = "hello " + name
+    if loud:
+        text = text.upper()
+    if suffix:
+        text += suffix
+    return text
+
+
+def farewell(name):
+    return "bye " + name
+
+
+class Engine:
+    def __init__(self, size):
+        self.size = size
+        self.steps = 0
+
+    def step(self, batch):
+        self.steps += 1
+        return [x * self.size for x in batch]
+
+    def reset(self):
+        self.steps = 0
