@@ -17,67 +17,7 @@ import sys
 from pathlib import Path
 
 from vllm_compose.cli import main as vllm_compose
-
-
-def summary_markdown(report: dict) -> str:
-    """The job summary: one row per entry, then the conflicting hunks and the final checks."""
-    lines = [
-        f"## Compose onto {report['tag']}: {report['status']}",
-        "",
-        report.get("message", ""),
-        "",
-        "| entry | status | hunks |",
-        "|---|---|---|",
-    ]
-    for e in report.get("entries", []):
-        counts: dict[str, int] = {}
-        for h in e.get("hunks", []):
-            counts[h["verdict"]] = counts.get(h["verdict"], 0) + 1
-        lines.append(f"| {e['id']} | {e['status']} | " + ", ".join(f"{n} {v}" for v, n in counts.items()) + " |")
-    conflicts = conflict_lines(report)
-    if conflicts:
-        lines += ["", "### Conflicts", *conflicts]
-    for c in (report.get("final_checks") or {}).get("checks", []):
-        lines.append(f"- check `{c['name']}`: {c['status']}")
-    return "\n".join(lines) + "\n"
-
-
-def conflict_lines(report: dict) -> list[str]:
-    out = []
-    for e in report.get("entries", []):
-        for h in e.get("hunks", []):
-            if h["verdict"] == "conflict" and not h.get("resolved_by"):
-                first = (h.get("evidence") or "").splitlines()[:1]
-                out.append(f"- `{e['id']}`: `{h['file']}` hunk {h['hunk']}" + (f" — {first[0]}" if first else ""))
-    return out
-
-
-def issue_body(report: dict) -> str:
-    return (
-        f"The scheduled compose of the series onto vLLM {report['tag']} stopped: **{report['status']}**.\n\n"
-        + summary_markdown(report)
-        + "\nResolve locally with `vllm-compose rebase --onto "
-        + report["tag"]
-        + "`, edit the conflict worktree, then `--continue` (README: Conflicts).\n"
-    )
-
-
-def gate_issue_body(tag: str, gate: dict) -> str:
-    """The issue when the compose succeeded but its DSA kernels do not compile for sm_80/86."""
-    failed = [k for k in gate.get("kernels", []) if not k["ok"]]
-    lines = [
-        f"The scheduled compose of the series onto vLLM {tag} composed, but it fails the Ampere gate: "
-        f"{len(failed)} kernel x target do not compile, so no wheel was built.",
-        "",
-        "| kernel | target | failed / specializations | reason |",
-        "|---|---|---|---|",
-    ]
-    lines += [
-        f"| `{k['module']}.{k['qualname']}` | {k['target']} | {k['failed']}/{k['specializations']} | {k['reason']} |"
-        for k in failed
-    ]
-    lines += ["", f"Reproduce with `vllm-compose ampere-gate --onto {tag}`; fix with a skew-fix entry."]
-    return "\n".join(lines) + "\n"
+from vllm_compose.report import render_ci_gate_issue, render_ci_issue, render_ci_summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     if not report_path.is_file():
         return rc  # bad input: the error is on stderr
     report = json.loads(report_path.read_text())
-    summary = summary_markdown(report)
+    summary = render_ci_summary(report)
     (args.out / f"summary-{args.tag}.md").write_text(summary)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
             fh.write(summary)
     if rc != 0:
-        (args.out / f"issue-{args.tag}.md").write_text(issue_body(report))
+        (args.out / f"issue-{args.tag}.md").write_text(render_ci_issue(report))
         return rc
     wheel = ["wheel", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "--out", str(args.out)]
     wheel += (["--stock-wheel", args.stock_wheel] if args.stock_wheel else []) + (
@@ -129,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         gate_path = args.out / f"ampere-gate-{args.tag}.json"
         gate = ["ampere-gate", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "--json"]
         if vllm_compose([*gate, str(gate_path)]) == 1 and gate_path.is_file():
-            (args.out / f"issue-{args.tag}.md").write_text(gate_issue_body(args.tag, json.loads(gate_path.read_text())))
+            (args.out / f"issue-{args.tag}.md").write_text(
+                render_ci_gate_issue(args.tag, json.loads(gate_path.read_text()))
+            )
     return rc
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from vllm_compose.audit import AuditVerdict, audit, render_text
+from vllm_compose.audit import AuditVerdict, audit
 from vllm_compose.patchfile import Patch, parse_patch
+from vllm_compose.report import render_audit as render_text
 from vllm_compose.trees import DirTree, GitTree
 
 CASES = Path(__file__).parent / "cases" / "audit"
@@ -231,7 +232,7 @@ def test_placed_hunk_shows_no_rejected_site(tmp_path: Path) -> None:
 def test_line_alignment_is_valid_and_keeps_every_line_of_an_insertion_only_edit() -> None:
     """The anchored alignment (unique lines first, difflib between them) is a valid alignment and, on a file made
     of repeating lines with scattered insertions, keeps every old line (as difflib would, at far lower cost)."""
-    from vllm_compose.audit import _matching_blocks
+    from vllm_compose.align import matching_blocks
 
     old = []
     for i in range(400):
@@ -239,7 +240,7 @@ def test_line_alignment_is_valid_and_keeps_every_line_of_an_insertion_only_edit(
     new = list(old)
     for at in range(len(old) - 3, 0, -97):
         new.insert(at, "    total += 1")
-    blocks = _matching_blocks(old, new)
+    blocks = matching_blocks(old, new)
     last_i = last_j = 0
     for i, j, n in blocks:
         assert i >= last_i and j >= last_j

@@ -50,11 +50,13 @@ def test_collect_judges_cycle_runs_and_keeps_the_failed_runs_log(tmp_path):
     rec = stage / "rec" / "cycle_pp1_mtp1"
     rec.mkdir(parents=True)
     (rec / "7.jsonl").write_text(
-        json.dumps({"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.model.X", "prefix": "",
-                    "draft": False})
+        json.dumps(
+            {"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.model.X", "prefix": "", "draft": False}
+        )
         + "\n"
-        + json.dumps({"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.mtp.Y", "prefix": "",
-                      "draft": True})
+        + json.dumps(
+            {"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.mtp.Y", "prefix": "", "draft": True}
+        )
         + "\n"
     )
     proc = subprocess.run(

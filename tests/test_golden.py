@@ -83,7 +83,12 @@ def test_status_row(case: str, tmp_path: Path) -> None:
         from vllm_compose.cache import Cache, seed_cache
     except ImportError:  # idem, before cache.py
         from vllm_compose.sources import Cache, seed_cache
-    from vllm_compose.status import ReleaseStatus, render_status
+    from vllm_compose.status import ReleaseStatus
+
+    try:
+        from vllm_compose.report import render_status
+    except ImportError:  # idem, before the renderers moved into report.py
+        from vllm_compose.status import render_status
 
     folder = CASES / "compose" / case
     want = json.loads((folder / "expected.json").read_text())

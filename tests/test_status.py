@@ -5,8 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from vllm_compose.checks import CheckReport, CheckResult
+from vllm_compose.report import render_status
 from vllm_compose.results import CheckStatus
-from vllm_compose.status import ReleaseStatus, render_status
+from vllm_compose.status import ReleaseStatus
 from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
 from vllm_compose.validation.gpu_evidence import ReleaseEvidence, RunConfig
 

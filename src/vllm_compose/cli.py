@@ -332,12 +332,12 @@ def _tree(spec: str, repo_dir: Path | None):
 
 
 def _check_fuzz(args) -> int:
-    from .audit import audit, render_text
-    from .report import write_json
+    from .audit import audit
+    from .report import render_audit, write_json
 
     patches = _load_patches(argparse.Namespace(patch=args.patches, strip=args.strip))
     report = audit(_tree(args.stock, args.repo), _tree(args.patched, args.repo), patches)
-    print(render_text(report), end="" if render_text(report).endswith("\n") else "\n")
+    print(render_audit(report), end="" if render_audit(report).endswith("\n") else "\n")
     if args.json:
         write_json(args.json, report.to_json())
     return ExitCode.OK if report.ok else ExitCode.CONFLICT
@@ -443,7 +443,7 @@ def _editable(args) -> int:
 
 def _image_overlay(args) -> int:
     from .artifacts.image import overlay_site_packages
-    from .report import write_json
+    from .report import render_image_overlay, write_json
 
     result = overlay_site_packages(
         args.site_packages,
@@ -455,7 +455,7 @@ def _image_overlay(args) -> int:
         dry_run=args.dry_run,
         ampere_gate=not args.no_ampere_gate,
     )
-    print(result.render(), end="")
+    print(render_image_overlay(result), end="")
     if args.json:
         write_json(args.json, result.to_json())
     return result.exit_code
@@ -463,9 +463,9 @@ def _image_overlay(args) -> int:
 
 def _status(args) -> int:
     from . import compose
-    from .report import write_json
+    from .report import render_status, write_json
     from .series import version_of_tag
-    from .status import ReleaseStatus, render_status, write_marked_section
+    from .status import ReleaseStatus, write_marked_section
     from .validation import ampere_gate
     from .validation.gpu_evidence import collect_gpu_evidence
 
@@ -524,9 +524,9 @@ def _ampere_gate(args) -> int:
 
 def _series_diff(args) -> int:
     from . import gitstore
-    from .report import write_json
+    from .report import render_series_diff, write_json
     from .series import load_series
-    from .series_diff import render_series_diff, series_diff
+    from .series_diff import series_diff
 
     series = load_series(args.series)
     repo = gitstore.open_or_init_repo(args.repo)

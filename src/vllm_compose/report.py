@@ -1,13 +1,29 @@
-"""Human-readable reports (plain text, stable for snapshot tests) and JSON files for every command's result."""
+"""Every human-readable report, and the JSON files of every command's result.
+
+One renderer per result, each taking the typed result and returning text (stable: tests/test_golden.py compares
+them with golden files): `render_compose` (a compose run), `render_audit` (where every hunk landed), `render_status`
+(the status table, Markdown), `render_series_diff` (two compose branches entry by entry), `render_image_overlay`
+(composing onto an installed vLLM), and the CI's Markdown (`render_ci_summary`, `render_ci_issue`,
+`render_ci_gate_issue`), which read a compose's JSON report because the CI renders in a later step. `write_json`
+writes any result's `to_json()`: the one place JSON is produced. (The validation gates, `validation/`, render their
+own reports: they are the GPU-evidence tools, not the compose pipeline.)
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .atomicfile import write_atomically
 from .errors import ComposeError
+
+if TYPE_CHECKING:
+    from .audit import AuditReport
+    from .scope import Scope
+    from .series_diff import SeriesDiff
+    from .status import ReleaseStatus
 
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
@@ -85,3 +101,282 @@ def render_compose(result) -> str:
     if result.status == "composed":
         out.append(f"branch {result.branch} -> {(result.head or '')[:12]}")
     return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The audit
+
+
+def render_audit(report: AuditReport, width: int = 60) -> str:
+    """Summary line, then for each bad hunk the expected site and the actual site side by side (stock context)."""
+    out: list[str] = []
+    counts = ", ".join(f"{n} {v}" for v, n in report.summary.items() if n)
+    out.append(f"audit: {len(report.hunks)} hunks: {counts or 'none'} — {'OK' if report.ok else 'NOT OK'}")
+    for h in report.bad_hunks:
+        out.append("")
+        out.append(f"{h.patch}: {h.file} hunk {h.hunk}: {h.verdict.value.upper()}: {h.reason}")
+        left = _column("expected", h.expected_at, h.expected_scope, h.expected_excerpt, h.change_line, width)
+        if h.expected_at is None and h.rejected_at is not None:
+            # the site the engine would have taken had it accepted one; its pre-image starts at that line
+            left += _column(
+                "engine's best (rejected) site",
+                h.rejected_at,
+                None,
+                h.rejected_excerpt,
+                "",
+                width,
+                note=f"score {h.rejected_score:.2f}" if h.rejected_score is not None else "",
+            )
+        right = _column("landed", h.landed_at, h.landed_scope, h.landed_excerpt, h.change_line, width)
+        for i in range(max(len(left), len(right))):
+            a = left[i] if i < len(left) else ""
+            b = right[i] if i < len(right) else ""
+            out.append(f"  {a:<{width}} | {b}".rstrip())
+    return "\n".join(out) + "\n"
+
+
+def _column(
+    title: str,
+    line: int | None,
+    scope: Scope | None,
+    excerpt: list[tuple[int, str]],
+    change: str,
+    width: int,
+    note: str = "",
+) -> list[str]:
+    """One side of the view: a heading, then the stock lines around `line` with `change` shown where it goes
+    (no change row when `change` is empty: the line is where the hunk's pre-image starts, not its change)."""
+    head = f"{title}: line {line}" if line is not None else f"{title}: (nowhere)"
+    if note:
+        head += f" ({note})"
+    if scope is not None:
+        head += f" {scope.describe()}"
+    rows = [_clip(head, width)]
+    if line is None:
+        return rows
+    for n, text in excerpt:
+        if n == line:
+            rows.append(_clip(f"{'':>5} >> {change}", width) if change else _clip(f"{n:>5} => {text}", width))
+            if not change:
+                continue
+        rows.append(_clip(f"{n:>5}    {text}", width))
+    if change and excerpt and line > excerpt[-1][0]:
+        rows.append(_clip(f"{'':>5} >> {change}", width))
+    return rows
+
+
+def _clip(text: str, width: int) -> str:
+    text = text.replace("\t", "    ").replace("\r", "")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The status table
+
+_SHORT = {
+    "applied": "applied",
+    "dropped-upstream": "upstream",
+    "partly-upstream": "PARTLY upstream",
+    "conflict": "CONFLICT",
+    "skipped": "—",
+    "not-reached": "not reached",
+}
+
+
+def _entry_cell(entry) -> str:
+    text = _SHORT.get(entry.status, entry.status)
+    if entry.status == "applied":
+        counts = entry.verdict_counts()
+        moved = {v: n for v, n in counts.items() if v in ("relocated", "merged")}
+        carried = sum(1 for h in entry.hunks if h.resolved_by)
+        notes = [f"{n} {v}" for v, n in sorted(moved.items())]
+        if carried:
+            notes.append(f"{carried} carried by fixes")
+        if notes:
+            text += " (" + ", ".join(notes) + ")"
+    return text
+
+
+def _checks_cell(result) -> str:
+    if not result.final_checks:
+        return "—"
+    parts = []
+    for c in result.final_checks.results:
+        parts.append(f"{c.name}: {c.status}")
+    return "; ".join(parts)
+
+
+def _gate_cell(report, stock) -> str:
+    def one(r) -> str:
+        if r is None:
+            return "not run"
+        if isinstance(r, str):
+            return f"not run ({r})"
+        bad = sorted({k.qualname for k in r.kernels if not k.ok})
+        specs = sum(r.derived.values())
+        if not bad:
+            return f"pass ({len(r.kernels)} kernel x arch, {specs} specializations)"
+        return f"FAIL ({len(bad)}: {', '.join(bad)})"
+
+    return f"{one(report)}; stock: {one(stock)}"
+
+
+def render_status(rows: list[ReleaseStatus]) -> str:
+    """Markdown: one row per release; columns: composed, audit, checks, Ampere gate (compose; stock), GPU runs, each
+    PR entry, the local fixes applied."""
+    if not rows:
+        return "(no releases composed)\n"
+    results = [row.compose for row in rows]
+    pr_ids = []
+    for r in results:
+        for e in r.entries:
+            if e.id.startswith("pr") and e.id not in pr_ids:
+                pr_ids.append(e.id)
+    head = [
+        "tag",
+        "composed",
+        "audit",
+        "checks of the composed tree",
+        "Ampere gate, sm_80 + sm_86 (compose; stock)",
+        "run on a GPU",
+        *pr_ids,
+        "skew fixes applied",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        r = row.compose
+        by_id = {e.id: e for e in r.entries}
+        fixes = [e.id for e in r.entries if e.id not in pr_ids and e.status == "applied"]
+        composed = r.status == "composed"
+        cells = [
+            r.tag,
+            {"composed": "yes", "conflict": "**conflict**", "refused": "**refused**"}[r.status],
+            "clean" if composed else "—",  # the branch is written only when the audit is clean
+            _checks_cell(r),
+            _gate_cell(row.gate, row.stock_gate),
+            row.gpu.summary() if row.gpu is not None else "none",
+            *[_entry_cell(by_id[p]) if p in by_id else "—" for p in pr_ids],
+            f"{len(fixes)}: " + ", ".join(fixes) if fixes else "0",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    problems = [(r.tag, r.message) for r in results if r.status != "composed"]
+    if problems:
+        lines += ["", "Stopped or refused:", ""] + [f"- {tag}: {msg.splitlines()[0]}" for tag, msg in problems]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Series diff
+
+
+def render_series_diff(d: SeriesDiff, show_interdiff: bool = True) -> str:
+    """Human form: one line per entry, then the interdiffs of changed entries."""
+    width = max([len(e.id) for e in d.entries] + [5])
+    out = [f"series diff {d.old} -> {d.new}", ""]
+    for e in d.entries:
+        out.append(f"  {e.id.ljust(width)}  {e.status:<9}  {_short(e.old_commit)} -> {_short(e.new_commit)}")
+    counts = {s: sum(e.status == s for e in d.entries) for s in ("unchanged", "changed", "added", "dropped")}
+    out += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
+    if show_interdiff:
+        for e in d.entries:
+            if e.status == "changed":
+                out += ["", f"--- interdiff of {e.id} ---", e.interdiff]
+    return "\n".join(out) + "\n"
+
+
+def _short(commit: str | None) -> str:
+    return commit[:10] if commit else "-"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The image overlay
+
+
+def render_image_overlay(result) -> str:
+    """The image overlay's short summary (`artifacts.image.ImageOverlayResult`; the compose report is in its JSON)."""
+    lines = [f"image overlay onto {result.site_packages} ({result.tag}): {result.status}"]
+    if result.compose is not None:
+        for e in result.compose.entries:
+            lines.append(f"  {e.id:<50} {e.status}")
+    if result.changed:
+        lines.append(f"  {len(result.changed)} files changed")
+    for c in result.checks.results if result.checks is not None else []:
+        lines.append(f"  check {c.name:<16} {c.status}" + (f" ({c.reason})" if c.reason else ""))
+    if result.ampere_gate is not None:
+        gate = result.ampere_gate
+        lines.append(
+            "  ampere gate      "
+            + (f"skipped ({gate['skipped']})" if "skipped" in gate else "pass" if gate.get("ok") else "FAIL")
+        )
+    if result.version:
+        lines.append(f"  installed version: {result.version}")
+    if result.message:
+        lines.append(result.message)
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CI's Markdown (from a compose's JSON report)
+
+
+def render_ci_summary(report: dict) -> str:
+    """The job summary: one row per entry, then the conflicting hunks and the final checks."""
+    lines = [
+        f"## Compose onto {report['tag']}: {report['status']}",
+        "",
+        report.get("message", ""),
+        "",
+        "| entry | status | hunks |",
+        "|---|---|---|",
+    ]
+    for e in report.get("entries", []):
+        counts: dict[str, int] = {}
+        for h in e.get("hunks", []):
+            counts[h["verdict"]] = counts.get(h["verdict"], 0) + 1
+        lines.append(f"| {e['id']} | {e['status']} | " + ", ".join(f"{n} {v}" for v, n in counts.items()) + " |")
+    conflicts = ci_conflict_lines(report)
+    if conflicts:
+        lines += ["", "### Conflicts", *conflicts]
+    for c in (report.get("final_checks") or {}).get("checks", []):
+        lines.append(f"- check `{c['name']}`: {c['status']}")
+    return "\n".join(lines) + "\n"
+
+
+def ci_conflict_lines(report: dict) -> list[str]:
+    """One Markdown list item per conflicting hunk no later fix carries, with the first line of its evidence."""
+    out = []
+    for e in report.get("entries", []):
+        for h in e.get("hunks", []):
+            if h["verdict"] == "conflict" and not h.get("resolved_by"):
+                first = (h.get("evidence") or "").splitlines()[:1]
+                out.append(f"- `{e['id']}`: `{h['file']}` hunk {h['hunk']}" + (f" — {first[0]}" if first else ""))
+    return out
+
+
+def render_ci_issue(report: dict) -> str:
+    """The issue the scheduled CI opens when a compose stops: the summary and how to resolve it locally."""
+    return (
+        f"The scheduled compose of the series onto vLLM {report['tag']} stopped: **{report['status']}**.\n\n"
+        + render_ci_summary(report)
+        + "\nResolve locally with `vllm-compose rebase --onto "
+        + report["tag"]
+        + "`, edit the conflict worktree, then `--continue` (README: Conflicts).\n"
+    )
+
+
+def render_ci_gate_issue(tag: str, gate: dict) -> str:
+    """The issue when the compose succeeded but its DSA kernels do not compile for sm_80/86."""
+    failed = [k for k in gate.get("kernels", []) if not k["ok"]]
+    lines = [
+        f"The scheduled compose of the series onto vLLM {tag} composed, but it fails the Ampere gate: "
+        f"{len(failed)} kernel x target do not compile, so no wheel was built.",
+        "",
+        "| kernel | target | failed / specializations | reason |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{k['module']}.{k['qualname']}` | {k['target']} | {k['failed']}/{k['specializations']} | {k['reason']} |"
+        for k in failed
+    ]
+    lines += ["", f"Reproduce with `vllm-compose ampere-gate --onto {tag}`; fix with a skew-fix entry."]
+    return "\n".join(lines) + "\n"

@@ -128,22 +128,3 @@ def series_diff(repo: pygit2.Repository, old: tuple[str, str], new: tuple[str, s
             status = "unchanged" if a == b else "changed"
             result.append(EntryDiff(eid, status, str(o.id), str(n.id), inter if a != b else "", fa, fb))
     return SeriesDiff(old[0], new[0], result)
-
-
-def render_series_diff(d: SeriesDiff, show_interdiff: bool = True) -> str:
-    """Human form: one line per entry, then the interdiffs of changed entries."""
-    width = max([len(e.id) for e in d.entries] + [5])
-    out = [f"series diff {d.old} -> {d.new}", ""]
-    for e in d.entries:
-        out.append(f"  {e.id.ljust(width)}  {e.status:<9}  {_short(e.old_commit)} -> {_short(e.new_commit)}")
-    counts = {s: sum(e.status == s for e in d.entries) for s in ("unchanged", "changed", "added", "dropped")}
-    out += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
-    if show_interdiff:
-        for e in d.entries:
-            if e.status == "changed":
-                out += ["", f"--- interdiff of {e.id} ---", e.interdiff]
-    return "\n".join(out) + "\n"
-
-
-def _short(commit: str | None) -> str:
-    return commit[:10] if commit else "-"

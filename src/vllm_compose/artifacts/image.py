@@ -35,12 +35,13 @@ import pygit2
 
 from .. import gitstore
 from ..atomicfile import write_atomically
-from ..audit import AuditReport, audit, render_text
+from ..audit import AuditReport, audit
 from ..cache import Cache
 from ..checks import CheckReport, run_checks
 from ..compose import ComposeOptions, Composer
 from ..errors import ComposeError, ExitCode, RefusedError
 from ..patchfile import parse_patch
+from ..report import render_audit
 from ..results import ComposeResult, ComposeStatus, OverlayStatus
 from ..trees import DirTree, GitTree
 from ..validation.ampere_gate import export_tree, require_gate
@@ -90,28 +91,6 @@ class ImageOverlayResult:
             "ampere_gate": self.ampere_gate,
             "compose": self.compose.to_json() if self.compose else None,
         }
-
-    def render(self) -> str:
-        """A short human summary (the compose report is in the JSON)."""
-        lines = [f"image overlay onto {self.site_packages} ({self.tag}): {self.status}"]
-        if self.compose is not None:
-            for e in self.compose.entries:
-                lines.append(f"  {e.id:<50} {e.status}")
-        if self.changed:
-            lines.append(f"  {len(self.changed)} files changed")
-        for c in self.checks.results if self.checks is not None else []:
-            lines.append(f"  check {c.name:<16} {c.status}" + (f" ({c.reason})" if c.reason else ""))
-        if self.ampere_gate is not None:
-            gate = self.ampere_gate
-            lines.append(
-                "  ampere gate      "
-                + (f"skipped ({gate['skipped']})" if "skipped" in gate else "pass" if gate.get("ok") else "FAIL")
-            )
-        if self.version:
-            lines.append(f"  installed version: {self.version}")
-        if self.message:
-            lines.append(self.message)
-        return "\n".join(lines) + "\n"
 
 
 def installed_dist_info(site_packages: Path) -> Path:
@@ -251,7 +230,7 @@ def overlay_site_packages(
 def _refuse_unless_clean(report, checks: CheckReport, tag: str) -> None:
     problems = []
     if report is not None and not report.ok:
-        problems.append("the audit of site-packages before/after found misplaced hunks:\n" + render_text(report))
+        problems.append("the audit of site-packages before/after found misplaced hunks:\n" + render_audit(report))
     if not checks.ok:
         problems += [str(f) for f in checks.findings if f.severity == "error"]
     if problems:
