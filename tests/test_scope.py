@@ -115,8 +115,22 @@ def test_layout_survives_fragments() -> None:
         # the opener is visible: exact role
         (["        self.call("], ["            extra,"], ["        )"], "call-arguments", "("),
         (["    names = ["], ['        "y",'], ["    ]"], "list", "["),
-        # balanced context: statement level
+        # balanced context with a line only a statement can be: statement level
         (["    a = 1"], ["    b = 2"], ["    return a + b"], None, "stmt"),
+        (["        self.size = size"], ["        self.extra = None"], [""], None, "stmt"),
+        (["    if ready:"], ["        go()"], [], None, "stmt"),
+        (["    ) -> None:"], ["        go()"], [], None, "stmt"),
+        # no bracket and nothing only a statement can be: the middle of a long signature, call or display
+        (
+            ["        top_k: int = -1,", "        seed: int | None = None,"],
+            ["        extra: int = 0,"],
+            ["        device: str = 'cuda',"],
+            None,
+            None,
+        ),
+        (["            top_k=top_k,"], ["            extra=extra,"], ["            seed=seed,"], None, None),
+        (['    "alpha": 1,'], ['    "extra": 2,'], ['    "beta": 3,'], None, None),
+        (["    value"], ["    other"], ["    more"], None, None),
     ],
 )
 def test_hunk_intent_role(before, change, after, role, klass) -> None:
@@ -137,6 +151,19 @@ def test_hunk_intent_rejects_wrong_role_and_branch() -> None:
     assert intent.headers == ("else",)
     assert intent.accepts(Scope(role="list", headers=("if major == 10", "def f"))) is not None
     assert intent.accepts(Scope(role="list", headers=("else|if major == 10", "def f"))) is None
+
+
+def test_hunk_intent_unknown_role_is_no_mismatch() -> None:
+    """A role the hunk cannot tell rejects no site: `x: int = 1,` parses as a statement only by accident."""
+    intent = hunk_intent(["        top_k: int = -1,"], ["        extra: int = 0,"], ["        seed: int = 0,"])
+    assert (intent.role, intent.klass) == (None, None)
+    assert "role unknown" in intent.evidence
+    for role in ("parameters", "call-arguments", "block", "list"):
+        assert intent.accepts(Scope(role=role)) is None
+    # what a statement shows still rejects a site inside brackets
+    intent = hunk_intent(["        return x"], ["        extra = 0"], [])
+    assert intent.klass == "stmt" and "return x" in intent.evidence
+    assert intent.accepts(Scope(role="parameters")) is not None
 
 
 def test_hunk_intent_unknown_inside_docstring() -> None:

@@ -30,7 +30,9 @@ Choosing
     Sites are compared by where their changes land.  A site is acceptable when its score reaches `MIN_SCORE` and,
     for Python, its scope agrees with what the hunk implies (see `scope.HunkIntent`: role of the change — inside a
     call's parentheses, a signature, a list, a statement block —, the compound-statement headers the hunk shows,
-    and the def/class its ``@@`` section names).  The best acceptable site must be unique: a verbatim site beats
+    and the def/class its ``@@`` section names).  The only verbatim copy of the pre-image is checked against the
+    section alone: the hunk's own lines are the target's lines there, so what they imply cannot disagree with it
+    but by a guess about what the hunk does not show.  The best acceptable site must be unique: a verbatim site beats
     any non-verbatim one; otherwise it must out-score every other site by `MIN_MARGIN` weighted lines (about one
     informative line).  Anything else is a conflict with the candidate sites as evidence — never a guess.
     The ``@@`` section rule is evidence of order (the definition above the hunk), not of enclosure, when the hunk
@@ -853,15 +855,22 @@ def _close(a: _Alignment, b: _Alignment) -> bool:
     return _too_close(a, b)
 
 
-def _scope_problem(hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment, tgt: _Target) -> str | None:
-    """Why the site disagrees with the scope the hunk implies (None when it agrees)."""
+def _scope_problem(
+    hunk: Hunk, groups: list[_Group], plan: _Plan, al: _Alignment, tgt: _Target, own_lines: bool = False
+) -> str | None:
+    """Why the site disagrees with the scope the hunk implies (None when it agrees).
+
+    own_lines: the site is the only verbatim copy of the pre-image in the target.  What the hunk's lines imply
+    (role, headers, brackets) is then read off the very lines the target has there, so a disagreement can only
+    come from guessing about what the hunk does not show: only the ``@@`` section, evidence from outside the
+    hunk's lines, may still reject the site."""
     name = section_name(hunk.section)
     first_edit_scope = None
     for g, e in zip(groups, plan.edits, strict=True):
         sc = _site_scope(tgt, e, g, hunk)
         if first_edit_scope is None:
             first_edit_scope = sc
-        if g.intent is not None:
+        if g.intent is not None and not own_lines:
             why = g.intent.accepts(sc)
             if why:
                 return f"{why} (target line {e.start + 1})"
@@ -932,6 +941,9 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
     # one or a close rival of it (see `_too_close`).
     eligible: list[tuple[_Alignment, _Plan, None]] = []
     rejected: list[tuple[_Alignment, _Plan, str]] = []
+    # the unique verbatim site, if any: the hunk's own lines cannot disagree with it (see `_scope_problem`)
+    verbatim = [al for al, _ in ranked if al.verbatim]
+    own = verbatim[0] if len(verbatim) == 1 else None
     for al, plan in ranked:
         if eligible:
             top = eligible[0][0]
@@ -943,7 +955,7 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
         if tgt.is_py:
             probe = plan if plan.error is None else _approximate_plan(groups, al)
             if probe is not None:
-                problem = _scope_problem(hunk, groups, probe, al, tgt)
+                problem = _scope_problem(hunk, groups, probe, al, tgt, own_lines=al is own)
         if problem is None:
             eligible.append((al, plan, None))
         else:

@@ -44,8 +44,11 @@ How placement infers what a hunk intends (`HunkIntent`), from the hunk's own lin
 - Role: lex the hunk's lines before the change; an open bracket there names the role exactly (``foo(`` ...
   change → ``call-arguments``).  If none is open, lex the lines after the change: the first closing bracket without
   an opener names the role class (a ``)`` → "inside some parentheses"; ``) -> T:`` → ``parameters``).  If neither,
-  the change sits at statement level.  A fragment that ends inside a string (the hunk started inside a docstring)
-  says nothing about its role.
+  the change sits at statement level only when a line shows it (a header enclosing it, a line only a statement
+  can be: ``return``, ``import``, ``self.x = ...``, ``x += 1``, ``name = value``, a decorator); otherwise the role
+  is unknown — the middle of a long signature, call or display shows no bracket, and ``x: int = 1,`` parses as a
+  statement only by accident.  An unknown role rejects no site.  A fragment that ends inside a string (the hunk
+  started inside a docstring) says nothing about its role.
 - Headers: the enclosing-header walk run on the hunk's lines; each header the hunk shows must enclose the site in
   the target too, in the same order (the target may add enclosing headers, e.g. a new ``with`` block).
 - Section: a ``@@ ... @@ def name(`` / ``class Name`` section text names the def/class that precedes the hunk's
@@ -636,7 +639,57 @@ def hunk_intent(
     if indent is None:
         return HunkIntent(None, None, (), "change has no code line")
     heads = [j for j in lay.header_lines(n_before, indent) if lay.is_header(j)]
-    return HunkIntent(None, "stmt", keys(heads), "statement level (no open bracket around it)")
+    why = _statement_evidence(lay, n_before, heads)
+    if why is None:
+        # No bracket is shown around the change, and nothing shows it is outside brackets either: the middle of a
+        # long signature, call or display looks exactly like this (`x: int = 1,` even parses as a statement).
+        return HunkIntent(None, None, keys(heads), "no bracket and no statement shown around the change; role unknown")
+    return HunkIntent(None, "stmt", keys(heads), f"statement level: {why}")
+
+
+#: first words that only ever start a statement (never an element inside brackets)
+_STATEMENT_WORDS = frozenset(
+    {"return", "raise", "import", "pass", "del", "global", "nonlocal", "break", "continue", "assert"}
+)
+#: an augmented assignment, or an assignment to an attribute or item: statements only (no keyword argument looks so)
+_STATEMENT_ASSIGN = re.compile(r"^\s*(?:\w+(?:\.\w+|\[[^\]]*\])*\s*[-+*/%&|^@]=|\w+(?:\.\w+|\[[^\]]*\])+\s*=(?!=))")
+#: a plain assignment written with spaces and no trailing comma (`name = value`): how statements are written, and
+#: how no formatter writes a keyword argument or a parameter default
+_PLAIN_ASSIGN = re.compile(r"^\s*\w+\s+=\s+(?!=)\S.*[^,\s]\s*$")
+
+
+def _statement_evidence(lay: PythonLayout, n_before: int, heads: list[int]) -> str | None:
+    """What in a fragment with no open bracket before its change shows the change sits at statement level, or None.
+
+    With no bracket open before the change and none closed after it, the fragment is all at one level: either all
+    inside one bracket pair whose ends it does not show, or all statements.  A line that can only be a statement
+    decides it.  Before a bracket the fragment closes without showing its opener, lines were inside brackets:
+    only lines after the last such closer count (and the closer's own line when it ends a header, ``) -> T:``)."""
+    if heads:
+        return f"under `{lay.lines[heads[0]].strip()}`"
+    closed = [i for i, _ in lay.unmatched_closers if i < n_before]
+    first = 0
+    if closed:
+        first = closed[-1] + 1
+        text = lay.lines[closed[-1]].split("#", 1)[0].rstrip()
+        if text.endswith(":"):
+            return f"after `{lay.lines[closed[-1]].strip()}`"
+    for j in range(first, len(lay.lines)):
+        if not lay.code_start[j]:
+            continue
+        text = lay.lines[j].strip()
+        code = text.split("#", 1)[0].rstrip() if "'" not in text and '"' not in text else text
+        word = re.split(r"[\s:(\[]", code, maxsplit=1)[0]
+        if (
+            word in _STATEMENT_WORDS
+            or (word in _COMPOUND and code.endswith(":"))
+            or (word == "from" and " import " in code)
+            or re.match(r"@\w", code)
+            or _STATEMENT_ASSIGN.match(code)
+            or _PLAIN_ASSIGN.match(code)
+        ):
+            return f"`{text}`"
+    return None
 
 
 def parse_error(text: str, path: str = "<file>") -> tuple[int, str] | None:
