@@ -74,6 +74,7 @@ lies outside every hunk).  New files are created from the post-image; a deleted 
 
 from __future__ import annotations
 
+import ast
 import enum
 import functools
 import keyword
@@ -583,12 +584,18 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                             f"the target changed lines the hunk removes (target lines "
                             f"{prev + 2}..{nxt}: `{T[between[0]].strip()}`)",
                         )
-                    return _Plan(
-                        [],
+                    both = (
                         f"both sides changed the same place: the target has "
                         f"{len(between)} line(s) of its own between target lines {prev + 1} and "
-                        f"{nxt + 1} (`{T[between[0]].strip()}`) where the hunk adds lines",
+                        f"{nxt + 1} (`{T[between[0]].strip()}`) where the hunk adds lines"
                     )
+                    commuted = _commute(P, g, prev, nxt, tgt)
+                    if commuted is None:
+                        return _Plan([], both)
+                    if isinstance(commuted, _Refusal):
+                        return _Plan([], f"{both}: {commuted.why}")
+                    notes.append(commuted)
+                    prev, nxt = prev, prev + 1
                 if g.b > g.a:
                     # removed lines gone, nothing in their place: already applied when nothing is to be added
                     if not added_n:
@@ -647,6 +654,127 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
             notes.append(f"added lines re-indented by {delta:+d} columns")
         edits.append(_Edit(start, end, new_lines, False))
     return _Plan(edits, None, "; ".join(notes))
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Why a merge step that applies here is refused (as opposed to one that does not apply)."""
+
+    why: str
+
+
+#: a keyword argument or ``**mapping`` element: its position among keyword arguments carries no meaning
+_KEYWORD_ELEMENT = re.compile(r"^\s*(?:\*\*|\w+\s*=(?!=))")
+#: a bare ``*`` or ``*args`` parameter: the parameters after it are keyword-only
+_STAR_PARAMETER = re.compile(r"(?:^|[(,])\s*\*(?!\*)\s*(?:\w+\s*(?::[^,]*)?)?(?:,|$)")
+#: an enum's bases: its members are named, their order is only their iteration order
+_ENUM_BASES = re.compile(r"^\s*class\s+\w+\s*\((?:[^)]*[\s,(.])?(?:Enum|IntEnum|StrEnum|Flag|IntFlag)\s*[,)]")
+_MEMBER = re.compile(r"^\s*[A-Za-z_]\w*\s*(?::[^=]+)?=(?!=)")
+
+
+def _complete_elements(lines: list[str]) -> bool:
+    """Whether `lines` are whole elements of a bracketed container: balanced, and the last code line ends with a
+    comma (an element followed by further elements)."""
+    lay = PythonLayout(lines)
+    if lay.unmatched_closers or lay.frame_at[len(lines)] is not None or lay.in_string_at[len(lines)]:
+        return False
+    code = [ln.split("#", 1)[0].rstrip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    return bool(code) and code[-1].endswith(",")
+
+
+def _commute(P: list[str], g: _Group, prev: int, nxt: int, tgt: _Target) -> str | _Refusal | None:
+    """Both sides inserted at the same point of a container: the hunk's element goes right after its anchor (the
+    element before it, which the alignment found by its text), the target's own elements stay after it.
+
+    Applies to the elements of one bracketed container (parameters, call arguments, imported names, list, tuple,
+    set and dict displays, ``__all__``) and to the members of an enum.  Done where order carries no meaning
+    (keyword arguments, imported names, set elements, dict entries, ``__all__``, enum members, keyword-only
+    parameters) or where the anchor fixes it: in an ordered container (positional parameters or arguments, a list
+    or tuple) only when the hunk appends (the pre-image line after its insertion closes the container), so that
+    "right after the anchor" is all the hunk says about its position.  An element the hunk puts *between* two
+    elements, where the target put one of its own, is a decision (a priority list), refused.
+
+    Returns the evidence note, a `_Refusal`, or None when the site is no such container."""
+    if not tgt.is_py:
+        return None
+    T = tgt.lines
+    lay = tgt.layout
+    lay.ensure(nxt)
+    between = T[prev + 1 : nxt]
+    added = g.added
+    frame = lay.frame_at[prev + 1]
+    if frame is None:
+        return _commute_members(prev, nxt, between, added, tgt)
+    role = frame.role
+    if role not in ("parameters", "call-arguments", "import-names", "list", "tuple", "set", "dict"):
+        return None
+    # the anchor, the target's own lines and the line after them are elements of this very container
+    if lay.frame_at[nxt] is not frame or not (lay.frame_at[prev] is frame or frame.line == prev):
+        return None
+    for k in range(prev + 1, nxt):
+        f = lay.frame_at[k]
+        while f is not None and f is not frame:
+            f = f.parent
+        if f is None:
+            return None
+    anchor = T[prev].split("#", 1)[0].rstrip() if "#" in T[prev] else T[prev].rstrip()
+    if frame.line != prev and not anchor.endswith(","):
+        return None
+    if not _complete_elements(added) or not _complete_elements(between):
+        return None
+    theirs = next(x.strip() for x in between if x.strip())
+    opener = T[frame.line].strip()
+    free = None
+    if role == "import-names":
+        free = "imported names"
+    elif role in ("set", "dict"):
+        free = "set elements" if role == "set" else "dict entries"
+    elif role in ("list", "tuple") and re.match(r"^__all__\s*[:=+]", opener):
+        free = "the names of `__all__`"
+    elif role == "call-arguments" and all(
+        _KEYWORD_ELEMENT.match(x) for x in added + between if x.strip() and not x.strip().startswith("#")
+    ):
+        free = "keyword arguments"
+    elif role == "parameters" and any(_STAR_PARAMETER.search(T[k]) for k in range(frame.line, prev + 1)):
+        free = "keyword-only parameters"
+    where = f"the {role} opened at `{opener}`"
+    if free is not None:
+        return (
+            f"commuted: the target's own `{theirs}` stays after the hunk's lines, which follow their anchor "
+            f"`{T[prev].strip()}` in {where}; order carries no meaning ({free})"
+        )
+    closes = P[g.b].strip()[:1] in (")", "]", "}") if g.b < len(P) else False
+    if closes:
+        return (
+            f"commuted: the target's own `{theirs}` stays after the hunk's lines, which follow their anchor "
+            f"`{T[prev].strip()}` in {where}; the anchor fixes the order (the hunk appends right after it)"
+        )
+    return _Refusal(
+        f"in {where} order carries meaning, and the hunk puts its lines between `{T[prev].strip()}` and "
+        f"`{T[nxt].strip()}`, where the target put `{theirs}`: which comes first is a decision"
+    )
+
+
+def _commute_members(prev: int, nxt: int, between: list[str], added: list[str], tgt: _Target) -> str | None:
+    """`_commute` for the members of an enum: one-line ``NAME = value`` statements of a class with an enum base."""
+    lay = tgt.layout
+    T = tgt.lines
+    if not lay.code_start[prev] or not _MEMBER.match(T[prev]) or not lay.code_start[nxt]:
+        return None
+    members = [x for x in added + between if x.strip() and not x.strip().startswith("#")]
+    if not members or not all(_MEMBER.match(x) and PythonLayout([x]).frame_at[1] is None for x in members):
+        return None
+    indent = lay.indent[prev]
+    if any(len(_lead(x).expandtabs(8)) != indent for x in members):
+        return None
+    heads = lay.header_lines(prev, indent)
+    if not heads or not _ENUM_BASES.match(T[heads[0]]):
+        return None
+    theirs = next(x.strip() for x in between if x.strip())
+    return (
+        f"commuted: the target's own `{theirs}` stays after the hunk's lines, which follow their anchor "
+        f"`{T[prev].strip()}` among the members of `{T[heads[0]].strip()}`; order carries no meaning (enum members)"
+    )
 
 
 def _changed_context_copied(hunk: Hunk, al: _Alignment) -> str | None:
@@ -834,6 +962,47 @@ def _container_problem(P: list[str], g: _Group, al: _Alignment, tgt: _Target, at
     return None
 
 
+#: a container assigned to a name: ``NAME = [``, ``self.name: list[T] = (``
+_NAMED_CONTAINER = re.compile(r"^\s*(?:self\.)?(\w+)\s*(?::[^=]*)?=\s*[\[({]\s*(?:#.*)?$")
+#: an element that splices another container in: ``*name,`` / ``**name,``
+_SPLICE = re.compile(r"^\s*\*\*?\s*((?:self\.)?\w+)\s*,?\s*(?:#.*)?$")
+
+
+def _restructured_problem(P: list[str], al: _Alignment, tgt: _Target, at: int) -> str | None:
+    """Whether the target restructured the container the change lands in: split it into a sub-list spliced into
+    another one (``*name``).  A hunk is never merged into a sub-list it does not show: a site whose container is
+    spliced elsewhere, unless the hunk shows that container's own opening line; or a site where the target put a
+    splice of its own among the elements the hunk shows (they moved into it)."""
+    lay = tgt.layout
+    lay.ensure(at)
+    frame = lay.frame_at[at]
+    if frame is None:
+        return None
+    T = tgt.lines
+    opener = T[frame.line]
+    m = _NAMED_CONTAINER.match(opener)
+    if m is not None and _norm(opener) not in {_norm(x) for x in P}:
+        name = m.group(1)
+        spliced = next(
+            (k for k, n in enumerate(tgt.norm) if ("*" + name) in n and re.search(rf"\*\s*(?:self\.)?{name}\b", n)),
+            None,
+        )
+        if spliced is not None:
+            return (
+                f"restructured: the site's container `{opener.strip()}` (target line {frame.line + 1}) is spliced "
+                f"into another one (`{T[spliced].strip()}`, target line {spliced + 1}), and the hunk does not show "
+                "it: never merged into a sub-list the hunk did not show"
+            )
+    for t in al.extras:
+        lay.ensure(t)
+        if lay.frame_at[t] is frame and _SPLICE.match(T[t]):
+            return (
+                f"restructured: the target put `{T[t].strip()}` (target line {t + 1}) among the elements the hunk "
+                "shows: they moved into a spliced sub-list the hunk does not show"
+            )
+    return None
+
+
 #: how a section-heading disagreement starts (`_scope_problem`): the one scope rule that is order evidence
 _SECTION = "section: "
 
@@ -878,6 +1047,9 @@ def _scope_problem(
                 why = _container_problem(hunk.pre_image, g, al, tgt, e.start)
                 if why:
                     return why
+            why = _restructured_problem(hunk.pre_image, al, tgt, e.start)
+            if why:
+                return why
     if name:
         f = al.first
         start = max(0, f[1] - f[0]) if f else 0
@@ -923,6 +1095,18 @@ def place_hunk(hunk: Hunk, target_lines: list[str], path: str) -> Placement:
 
 
 def _place(hunk: Hunk, tgt: _Target) -> Placement:
+    placed = _place_by_context(hunk, tgt)
+    if placed.verdict is Verdict.CONFLICT and tgt.is_py:
+        # an import-only hunk the context cannot place still has a place: the target's import block
+        imported = _place_imports(hunk, tgt)
+        if imported is not None:
+            imported.candidates = placed.candidates
+            imported.evidence = f"{imported.evidence}; by context: {placed.evidence}"
+            return imported
+    return placed
+
+
+def _place_by_context(hunk: Hunk, tgt: _Target) -> Placement:
     P = hunk.pre_image
     groups = _groups(hunk)
     if tgt.is_py:
@@ -1160,6 +1344,319 @@ def _already_applied(hunk: Hunk, tgt: _Target, groups: list[_Group]) -> Placemen
         score=best.score,
         evidence=f"post-image found: {_describe(best, Q)}; the pre-image is not in the target",
     )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Import-only hunks
+
+
+@dataclass
+class _ImportUnit:
+    """What one group of an import-only hunk imports: names from a module (`names` of ``from m import``), or
+    whole modules (``import m``, module None); `lines` are the hunk's own lines for it."""
+
+    module: str | None
+    names: list[str]
+    lines: list[str]
+
+
+_FROM_OPENER = re.compile(r"^\s*from\s+(\.*[\w.]*)\s+import\s*\(\s*(?:#.*)?$")
+
+
+def _import_units(hunk: Hunk) -> list[_ImportUnit] | None:
+    """The import units of a hunk whose every change adds imports at module level, or None for any other hunk.
+
+    A group adds whole statements (``import m``, ``from m import a, b``, a parenthesised one), or names inside a
+    ``from m import (`` list the hunk shows the opening line of."""
+    if hunk.removed or not hunk.added:
+        return None
+    units: list[_ImportUnit] = []
+    for g in _groups(hunk):
+        added = [_strip_cr(x) for x in g.added]
+        text = "\n".join(added) + "\n"
+        try:
+            tree = ast.parse(text) if not _lead(added[0]) else None
+        except SyntaxError:
+            tree = None
+        if tree is not None and tree.body and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body):
+            for n in tree.body:
+                lines = added[n.lineno - 1 : n.end_lineno]
+                if isinstance(n, ast.ImportFrom):
+                    if any(a.name == "*" for a in n.names):
+                        return None
+                    module = "." * n.level + (n.module or "")
+                    units.append(_ImportUnit(module, [_alias(a) for a in n.names], lines))
+                else:
+                    units.append(_ImportUnit(None, [_alias(a) for a in n.names], lines))
+            continue
+        # names inside an import list whose opener the hunk shows
+        post_before = [t for op, t in _hunk_lines_before(hunk, g)]
+        lay = PythonLayout(post_before)
+        frame = lay.frame_at[len(post_before)]
+        m = _FROM_OPENER.match(frame.text) if frame is not None and frame.role == "import-names" else None
+        if m is None or frame.parent is not None:
+            return None
+        names = []
+        for x in added:
+            code = x.split("#", 1)[0].strip().rstrip(",").strip()
+            if not code:
+                continue
+            if not re.fullmatch(r"\w+(?:\s+as\s+\w+)?", code):
+                return None
+            names.append(" ".join(code.split()))
+        units.append(_ImportUnit(m.group(1), names, added))
+    return units or None
+
+
+def _hunk_lines_before(hunk: Hunk, g: _Group) -> list[tuple[str, str]]:
+    """The hunk's post-image lines before group `g` (as (op, text))."""
+    out = []
+    pre = 0
+    for op, text in hunk.lines:
+        if op != "+" and pre >= g.a:
+            break
+        if op != "-":
+            out.append((op, text))
+        if op != "+":
+            pre += 1
+    return out
+
+
+def _alias(a) -> str:
+    return a.name + (f" as {a.asname}" if a.asname else "")
+
+
+def _sort_key(name: str) -> tuple[str, str]:
+    return (name.lower(), name)
+
+
+def _is_sorted(keys: list) -> bool:
+    return all(a <= b for a, b in zip(keys, keys[1:], strict=False))
+
+
+def _place_imports(hunk: Hunk, tgt: _Target) -> Placement | None:
+    """Place an import-only hunk the context could not place: in the target's statement for the same module if it
+    has one, else in its top-level import block; in the target's order (sorted, when its names or its statements
+    are), else after the statement the hunk follows, else at the end of the block.  None when the hunk is not
+    import-only, the target does not parse, or there is no import block."""
+    units = _import_units(hunk)
+    if units is None:
+        return None
+    text = "\n".join(_strip_cr(x) for x in tgt.lines)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    if not imports:
+        return None
+    edits: list[_Edit] = []
+    notes: list[str] = []
+    for unit in units:
+        got = _import_edit(unit, imports, hunk, tgt)
+        if got is None:
+            return None
+        edit, note = got
+        if any(e.start < edit.end and edit.start < e.end or e.start == edit.start for e in edits):
+            return None
+        edits.append(edit)
+        notes.append(note)
+    if all(e.applied for e in edits):
+        return Placement(
+            hunk,
+            Verdict.ALREADY_APPLIED,
+            landing_line=edits[0].start + 1,
+            scope=tgt.layout.scope(edits[0].start),
+            score=1.0,
+            evidence="import: the target already imports every name the hunk adds (" + "; ".join(notes) + ")",
+        )
+    edits = [e for e in edits if not e.applied]
+    edits.sort(key=lambda e: e.start)
+    start, end = edits[0].start, max(e.end for e in edits)
+    replacement: list[str] = []
+    pos = start
+    for e in edits:
+        replacement.extend(tgt.lines[pos : e.start])
+        replacement.extend(e.lines)
+        pos = e.end
+    replacement.extend(tgt.lines[pos:end])
+    return Placement(
+        hunk,
+        Verdict.MERGED,
+        start=start,
+        end=end,
+        replacement=replacement,
+        landing_line=start + 1,
+        scope=tgt.layout.scope(start),
+        score=1.0,
+        evidence="import-only hunk placed in the import block: " + "; ".join(notes),
+    )
+
+
+def _import_edit(unit: _ImportUnit, imports: list, hunk: Hunk, tgt: _Target) -> tuple[_Edit, str] | None:
+    """The edit that adds one import unit to the target, and its evidence."""
+    T = tgt.lines
+    if unit.module is not None:
+        same = [
+            n
+            for n in imports
+            if isinstance(n, ast.ImportFrom)
+            and "." * n.level + (n.module or "") == unit.module
+            and not any(a.name == "*" for a in n.names)
+        ]
+        if same:
+            return _add_names(unit, same[0], tgt)
+    else:
+        have = {_alias(a) for n in imports if isinstance(n, ast.Import) for a in n.names}
+        if set(unit.names) <= have:
+            n = imports[0]
+            return _Edit(
+                n.lineno - 1, n.lineno - 1, [], True
+            ), f"the target already has `import {', '.join(unit.names)}`"
+    # a statement of its own, in the block (the run of top-level imports separated by blank lines at most)
+    key = (unit.module is not None, (unit.module or unit.names[0]).lower())
+    stmts = [(n, (isinstance(n, ast.ImportFrom), _module_of(n).lower())) for n in imports]
+    # sections (isort's): runs of statements with no blank line between them (comment lines may be)
+    sections: list[list[tuple]] = []
+    for n, k in stmts:
+        gap = range(sections[-1][-1][0].end_lineno, n.lineno - 1) if sections else range(0)
+        if sections and all(T[i].lstrip().startswith("#") for i in gap):
+            sections[-1].append((n, k))
+        else:
+            sections.append([(n, k)])
+    anchor = _import_anchor(hunk, unit)
+    section = None
+    after = None
+    if anchor is not None:
+        for sec in sections:
+            for n, _ in sec:
+                if _module_of(n) == anchor:
+                    section, after = sec, n
+    if section is None:
+        # the section whose modules share the longest dotted prefix with the new one
+        def shared(sec):
+            return max(_shared_prefix(key[1], k[1]) for _, k in sec)
+
+        section = max(sections, key=shared)
+        if shared(section) == 0:
+            section = sections[-1]
+    keys = [k for _, k in section]
+    lines = [tgt.eol(x) for x in unit.lines]
+    what = unit.lines[0].strip() + (" ..." if len(unit.lines) > 1 else "")
+    if _is_sorted(keys):
+        at_node = next((n for n, k in section if k > key), None)
+        if at_node is not None:
+            at = _first_line(at_node, T)
+            return _Edit(
+                at, at, lines, False
+            ), f"`{what}` before `{T[at].strip()}` (line {at + 1}), in the order the block's statements are sorted in"
+        last = section[-1][0]
+        return (
+            _Edit(last.end_lineno, last.end_lineno, lines, False),
+            f"`{what}` after `{T[last.lineno - 1].strip()}` (line {last.lineno}), the end of the block's sorted statements",
+        )
+    if after is not None:
+        return (
+            _Edit(after.end_lineno, after.end_lineno, lines, False),
+            f"`{what}` after `{T[after.lineno - 1].strip()}` (line {after.lineno}), the statement the hunk follows (the block is not sorted)",
+        )
+    last = section[-1][0]
+    return (
+        _Edit(last.end_lineno, last.end_lineno, lines, False),
+        f"`{what}` at the end of the import block (line {last.end_lineno + 1}; not sorted, and the statement the hunk follows is gone)",
+    )
+
+
+def _first_line(node, T: list[str]) -> int:
+    """0-based first line of a statement, with the comment lines right above it (they belong to it)."""
+    at = node.lineno - 1
+    while at > 0 and T[at - 1].lstrip().startswith("#"):
+        at -= 1
+    return at
+
+
+def _module_of(node) -> str:
+    if isinstance(node, ast.ImportFrom):
+        return "." * node.level + (node.module or "")
+    return node.names[0].name
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a.split("."), b.split("."), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _import_anchor(hunk: Hunk, unit: _ImportUnit) -> str | None:
+    """The module of the import statement the hunk's unit follows in the pre-image (its anchor), if any."""
+    pre: list[str] = []
+    for op, text in hunk.lines:
+        if op == "+" and _strip_cr(text) == unit.lines[0]:
+            break
+        if op != "+":
+            pre.append(_strip_cr(text))
+    # the last complete top-level import statement among the context lines before the unit
+    for k in range(len(pre) - 1, -1, -1):
+        if not pre[k].startswith(("import ", "from ")):
+            continue
+        for end in range(len(pre), k, -1):
+            try:
+                tree = ast.parse("\n".join(pre[k:end]) + "\n")
+            except SyntaxError:
+                continue
+            if tree.body and isinstance(tree.body[-1], (ast.Import, ast.ImportFrom)):
+                return _module_of(tree.body[-1])
+        return None
+    return None
+
+
+def _add_names(unit: _ImportUnit, node, tgt: _Target) -> tuple[_Edit, str] | None:
+    """Add the unit's names to the target's ``from m import`` statement `node`."""
+    T = tgt.lines
+    have = [_alias(a) for a in node.names]
+    missing = [x for x in unit.names if x not in have]
+    first, last = node.lineno - 1, node.end_lineno - 1
+    where = f"the target's `{T[first].strip()}` (line {first + 1})"
+    if not missing:
+        return _Edit(first, first, [], True), f"{where} already imports {', '.join(unit.names)}"
+    ordered = _is_sorted([_sort_key(x) for x in have])
+    order = "in its sorted order" if ordered else "at its end (its names are not sorted)"
+    if first == last:
+        line = _strip_cr(T[first])
+        m = re.match(r"^(\s*from\s+\S+\s+import\s+)([^#()]*?)\s*(#.*)?$", line)
+        if m is None:
+            return None
+        names = sorted(have + missing, key=_sort_key) if ordered else have + missing
+        new = m.group(1) + ", ".join(names) + (f"  {m.group(3)}" if m.group(3) else "")
+        return _Edit(first, first + 1, [tgt.eol(new)], False), f"added {', '.join(missing)} to {where}, {order}"
+    # parenthesised, one name per line: the name lines between the opener and the closer
+    name_lines = {}
+    for k in range(first + 1, last):
+        code = T[k].split("#", 1)[0].strip()
+        if not code:
+            continue
+        if not code.endswith(","):
+            return None
+        name_lines[k] = " ".join(code.rstrip(",").split())
+    if not name_lines or sorted(name_lines.values()) != sorted(have):
+        return None
+    indent = _lead(T[next(iter(name_lines))])
+    if ordered:
+        at = next((k for k, x in name_lines.items() if _sort_key(x) > _sort_key(missing[0])), last)
+        if any(_sort_key(x) > _sort_key(missing[0]) for x in have) and len(missing) > 1:
+            # several names to spread over the list: keep it simple and exact, one insertion point only when
+            # they all fall in the same gap
+            following = [x for x in have if _sort_key(x) > _sort_key(missing[0])]
+            if following and any(_sort_key(y) > _sort_key(following[0]) for y in missing):
+                return None
+        missing = sorted(missing, key=_sort_key)
+    else:
+        at = last
+    lines = [tgt.eol(indent + x + ",") for x in missing]
+    return _Edit(at, at, lines, False), f"added {', '.join(missing)} to {where}, {order}"
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,7 @@
+from vllm.utils import (
+    alpha,
+    beta,
+    beta_one,
+    beta_two,
+    gamma,
+)

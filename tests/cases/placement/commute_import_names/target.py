@@ -1,0 +1,6 @@
+from vllm.utils import (
+    alpha,
+    beta,
+    beta_two,
+    gamma,
+)

@@ -1,0 +1,8 @@
+class Runner:
+    def __init__(
+        self,
+        model,
+        batch_size: int = 8,
+        device: str = "cuda",
+    ) -> None:
+        self.model = model

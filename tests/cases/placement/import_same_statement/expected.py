@@ -1,0 +1,11 @@
+import os
+import sys
+
+from pkg.utils import (
+    alpha,
+    beta,
+    delta,
+    gamma,
+)
+from pkg.yota import y
+from pkg.zeta import z

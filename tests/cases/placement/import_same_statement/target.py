@@ -1,0 +1,10 @@
+import os
+import sys
+
+from pkg.utils import (
+    alpha,
+    delta,
+    gamma,
+)
+from pkg.yota import y
+from pkg.zeta import z

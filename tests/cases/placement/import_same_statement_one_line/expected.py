@@ -1,0 +1,7 @@
+import os
+
+from pkg.utils import alpha, beta, delta, gamma
+from pkg.yota import y
+from pkg.zeta import z
+
+X = 1
