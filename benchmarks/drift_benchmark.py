@@ -34,9 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from drift.cases import Case, choose_cases  # noqa: E402
+from drift.cases import Case, choose_cases, synthetic_cases  # noqa: E402
 from drift.markdown import publish, table  # noqa: E402
 from drift.sdist import SdistSource, cache_dir, fetch_sdist  # noqa: E402
+from drift.sites import ORDER_FREE_KINDS  # noqa: E402
+from drift.synthetic import SYNTHETIC_CLASSES  # noqa: E402
 from drift.tools import ToolResult, Workbench, engine_runner  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,27 +75,33 @@ def judge(result: ToolResult, truth: str | None) -> tuple[str, bool]:
     return "misplaced", False
 
 
-def run_case(case: Case, bench: Workbench, engine) -> dict:
-    """Every tool on one case; the case's JSON record."""
-    path, target, diff = case.path, case.target_text, case.diff
+def _run_tools(path: str, target: str, diff: str, base: str, bench: Workbench, engine) -> dict[str, ToolResult]:
+    """Every tool applying `diff` (made against `base`) to `target`."""
     results: dict[str, ToolResult] = {}
     for fuzz in (0, 2, 3):
         results[f"patch --fuzz={fuzz}"] = bench.gnu_patch(path, target, diff, fuzz)
     results["git apply"] = bench.git_apply(path, target, diff, three_way=False)
     results["git apply --3way"] = bench.git_apply(path, target, diff, three_way=True)
-    results["git apply --3way (+pre-image)"] = bench.git_apply(path, target, diff, True, base=case.source_text)
+    results["git apply --3way (+pre-image)"] = bench.git_apply(path, target, diff, True, base=base)
     if engine is not None:
         try:
             results["vllm-compose"] = engine(path, target, diff)
         except Exception as exc:  # a crash is a finding to report, not a reason to lose the run
             results["vllm-compose"] = ToolResult(None, f"engine raised {type(exc).__name__}: {exc}", ["crash"])
+    return results
+
+
+def run_case(case: Case, bench: Workbench, engine, own_base: bool = True) -> dict:
+    """Every tool on one case (and, with `own_base`, on the file the diff was made from); the case's JSON record."""
+    results = _run_tools(case.path, case.target_text, case.diff, case.source_text, bench, engine)
     record = {
         "case": case.case_id,
-        "path": path,
+        "path": case.path,
         "kind": case.site.kind,
         "site": case.site.describe(),
         "source_line": case.site.line,
         "drift": case.drift,
+        "synthetic": case.synthetic,
         "must_reject": case.must_reject,
         "tools": {},
     }
@@ -103,13 +111,55 @@ def run_case(case: Case, bench: Workbench, engine) -> dict:
         if res.verdicts is not None:
             entry["verdicts"] = res.verdicts
         record["tools"][tool] = entry
+    if own_base and case.edited:
+        own = _run_tools(case.path, case.source_text, case.diff, case.source_text, bench, engine)
+        record["own_base"] = {}
+        for tool, res in own.items():
+            outcome, _ = judge(res, case.edited)
+            entry = {"outcome": outcome}
+            if res.verdicts is not None:
+                entry["verdicts"] = res.verdicts
+            if outcome != "correct":
+                entry["detail"] = res.detail[:2000]
+            record["own_base"][tool] = entry
     return record
 
 
+def harm(record: dict) -> str:
+    """For a must-reject case: "harmless" when order carries no meaning for its kind (keyword arguments, imported
+    names: applied anyway, the element still lands in the intended statement), else "harmful" (parameters,
+    statements, list elements)."""
+    return "harmless" if record["kind"] in ORDER_FREE_KINDS else "harmful"
+
+
 def summarize(records: list[dict]) -> dict:
-    """Counts per tool × drift class × outcome, plus totals that make the tables self-explanatory."""
-    out: dict = {"cases": Counter(), "must_reject": Counter(), "tools": {}}
+    """Counts per tool × drift class × outcome, plus totals that make the tables self-explanatory.
+
+    Real cases fill the drifted/undrifted tallies; synthetic ones (see `drift/synthetic.py`) theirs, per class.
+    Every case applied to its own base fills `own_base`; every applied must-reject case counts in `harm`."""
+    out: dict = {"cases": Counter(), "must_reject": Counter(), "tools": {}, "own_base": {}, "synthetic": {}}
+    out["harm"] = {}
+    out["own_base_cases"] = 0
     for r in records:
+        if "own_base" in r:
+            out["own_base_cases"] += 1
+            for tool, e in r["own_base"].items():
+                t = out["own_base"].setdefault(tool, Counter())
+                t[e["outcome"]] += 1
+                t["exact"] += e.get("verdicts") is not None and set(e["verdicts"]) == {"exact"}
+        for tool, e in r["tools"].items():
+            if r["must_reject"] and e["outcome"] != "rejected":
+                out["harm"].setdefault(tool, Counter())[harm(r)] += 1
+        if r.get("synthetic"):
+            klass = out["synthetic"].setdefault(r["synthetic"], {"cases": 0, "must_reject": 0, "tools": {}})
+            klass["cases"] += 1
+            klass["must_reject"] += r["must_reject"]
+            for tool, e in r["tools"].items():
+                t = klass["tools"].setdefault(tool, Counter())
+                t[e["outcome"]] += 1
+                if r["must_reject"] and e["outcome"] == "rejected":
+                    t["rejected_rightly"] += 1
+            continue
         out["cases"][r["drift"]] += 1
         out["must_reject"][r["drift"]] += r["must_reject"]
         for tool, e in r["tools"].items():
@@ -130,7 +180,8 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
     cases, must = summary["cases"], summary["must_reject"]
     lines = [
         f"Source release **{meta['source']}**, targets **{', '.join(meta['targets'])}**, "
-        f"{meta['count']} cases (seed {meta['seed']}), generated {meta['date']} in {meta['seconds']:.0f} s.",
+        f"{sum(cases.values())} cases and {meta['count'] - sum(cases.values())} synthetic ones (seed "
+        f"{meta['seed']}), generated {meta['date']} in {meta['seconds']:.0f} s.",
         "",
         f"- drifted: {cases.get('drifted', 0)} cases, of which {must.get('drifted', 0)} must be rejected "
         "(the site is gone or no longer unique in the target);",
@@ -166,6 +217,9 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
             + "."
         )
         lines.append("")
+    lines += _own_base(summary)
+    lines += _synthetic(summary)
+    lines += _harm(summary)
     lines.append("Per target release and edit kind (drifted cases only; correct / misplaced / rejected):")
     lines.append("")
     lines.append(_breakdown(records))
@@ -178,6 +232,74 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+def _own_base(summary: dict) -> list[str]:
+    """Each tool applying every case's diff to the very file it was made from."""
+    n = summary.get("own_base_cases", 0)
+    if not n:
+        return []
+    rows = []
+    for tool in TOOLS:
+        c = summary["own_base"].get(tool)
+        if c is None:
+            continue
+        exact = _pct(c.get("exact", 0), n) if tool == "vllm-compose" else ""
+        rows.append([f"`{tool}`", _pct(c.get("correct", 0), n), _pct(c.get("rejected", 0), n), exact])
+    return [
+        f"**Own base**: every case's diff applied to the file it was made from ({n} cases; the result must be the "
+        "edited file; the engine's verdict must be `exact`):",
+        "",
+        table(["tool", "correct", "rejected", "engine verdict exact"], rows),
+        "",
+    ]
+
+
+def _synthetic(summary: dict) -> list[str]:
+    """The synthetic drift classes (targets made from the source release, truth by construction)."""
+    classes = summary.get("synthetic", {})
+    if not classes:
+        return []
+    names = [k for k in SYNTHETIC_CLASSES if k in classes]
+    header = ["tool"] + [f"{k} ({classes[k]['cases']}, {classes[k]['must_reject']} must reject)" for k in names]
+    rows = []
+    for tool in TOOLS:
+        if not all(tool in classes[k]["tools"] for k in names):
+            continue
+        row = [f"`{tool}`"]
+        for k in names:
+            c = classes[k]["tools"][tool]
+            cell = "{correct} / {misplaced} / {rejected}".format(**{o: c.get(o, 0) for o in OUTCOMES})
+            if c.get("rejected_rightly"):
+                cell += f" [{c['rejected_rightly']} rightly]"
+            row.append(cell)
+        rows.append(row)
+    return [
+        "**Synthetic drift** (`drift/synthetic.py`: the target is the source file with one change; correct / "
+        "misplaced / rejected): *adjacent* — the target inserted its own element right after the anchor (for "
+        "`import-statement`: its own import statement, the import block grew); *restructured* — the target moved "
+        "the anchor and the two elements before it into a sub-list spliced in as `*name`:",
+        "",
+        table(header, rows),
+        "",
+    ]
+
+
+def _harm(summary: dict) -> list[str]:
+    """Must-reject cases a tool applied anyway, split by whether order carries meaning for their kind."""
+    parts = []
+    for tool in TOOLS:
+        c = summary.get("harm", {}).get(tool)
+        if c:
+            parts.append(f"`{tool}` {c.get('harmful', 0)} harmful, {c.get('harmless', 0)} harmless")
+    if not parts:
+        return ["Must-reject cases applied anyway: none, by any tool.", ""]
+    return [
+        "Must-reject cases applied anyway (real and synthetic), *harmless* for the kinds whose order carries no "
+        "meaning (keyword arguments, imported names, import statements), *harmful* for parameters, statements and "
+        "list elements: " + "; ".join(parts) + ".",
+        "",
+    ]
+
+
 def _breakdown(records: list[dict]) -> str:
     tools = [
         t
@@ -186,7 +308,7 @@ def _breakdown(records: list[dict]) -> str:
     ]
     groups: dict[tuple[str, str], dict[str, Counter]] = {}
     for r in records:
-        if r["drift"] != "drifted":
+        if r["drift"] != "drifted" or r.get("synthetic"):
             continue
         target = r["case"].split("#")[0]
         for key in ((f"target {target}", ""), ("", f"kind {r['kind']}")):
@@ -306,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", nargs="+", default=["0.27.0", "0.28.0", "0.30.0"], help="releases they are ported to")
     ap.add_argument("--cases", type=int, default=300, help="total number of cases, split evenly over the targets")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--synthetic", type=int, default=10, help="synthetic cases per edit kind and class (0: none)")
+    ap.add_argument("--no-own-base", action="store_true", help="do not apply each case to its own base")
     ap.add_argument(
         "--json", type=Path, default=None, help="results file (default: the cache's bench/drift-results.json)"
     )
@@ -336,7 +460,12 @@ def main(argv: list[str] | None = None) -> int:
             cases = choose_cases(source.files, target.files, n, args.seed, label=version)
             print(f"{args.source} -> {version}: {len(cases)} cases", flush=True)
             for case in cases:
-                records.append(run_case(case, bench, engine))
+                records.append(run_case(case, bench, engine, not args.no_own_base))
+        if args.synthetic:
+            cases = synthetic_cases(source.files, args.synthetic, args.seed)
+            print(f"{args.source} synthetic drift: {len(cases)} cases", flush=True)
+            for case in cases:
+                records.append(run_case(case, bench, engine, not args.no_own_base))
     seconds = time.monotonic() - started
     summary = summarize(records)
     meta = {
@@ -344,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": args.targets,
         "count": len(records),
         "seed": args.seed,
+        "synthetic": args.synthetic,
         "seconds": seconds,
         "date": time.strftime("%Y-%m-%d"),
     }

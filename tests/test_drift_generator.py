@@ -240,7 +240,7 @@ def test_case_selection_is_deterministic_and_balanced():
     b = choose_cases(source, target, 6, seed=7, label="x", per_file=2)
     assert [(c.path, c.site.identity) for c in a] == [(c.path, c.site.identity) for c in b]
     assert len(a) == 6
-    # 6 cases over 2 drift classes x 5 kinds: no (class, kind) pair twice
+    # 6 cases over 2 drift classes x 9 kinds: no (class, kind) pair twice
     assert len({(c.drift, c.site.kind) for c in a}) == 6
     assert {c.path for c in a} <= {f"pkg/m{i}.py" for i in range(6)}
     assert max(sum(c.path == p for c in a) for p in source) <= 2

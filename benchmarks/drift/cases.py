@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from .sites import EDIT_KINDS, Site, apply_edit, find_sites, new_element_text
+from .synthetic import SYNTHETIC_CLASSES, adjacent_target, adjacent_truth, restructured_target
 
 #: git's built-in `python` diff driver pattern for the text after `@@ ... @@` (what GitHub diffs show)
 _FUNCNAME = re.compile(r"^[ \t]*((class|(async[ \t]+)?def)[ \t].*)$")
@@ -41,6 +42,10 @@ class Case:
     truth: str | None
     #: "undrifted" (pre-image verbatim in the target) or "drifted"
     drift: str
+    #: "" for a real target release, else the synthetic drift class (`synthetic.SYNTHETIC_CLASSES`)
+    synthetic: str = ""
+    #: the source file with the edit made: what the diff applied to its own base must give
+    edited: str = ""
 
     @property
     def must_reject(self) -> bool:
@@ -139,13 +144,26 @@ def drift_class(diff: str, target_text: str) -> str:
 
 def build_case(case_id: str, path: str, site: Site, name: str, source_text: str, target_text: str) -> Case | None:
     """The case for inserting `name` at `site`, or None when the edit cannot be made in the source."""
-    new = new_element_text(site.kind, name)
+    new = new_element_text(site.kind, name, site)
     edited = apply_edit(source_text, site, new)
     if edited is None or edited == source_text:
         return None
     diff = make_diff(path, source_text, edited)
     truth = apply_edit(target_text, site, new)
-    return Case(case_id, path, site, name, new, diff, source_text, target_text, truth, drift_class(diff, target_text))
+    return Case(
+        case_id,
+        path,
+        site,
+        name,
+        new,
+        diff,
+        source_text,
+        target_text,
+        truth,
+        drift_class(diff, target_text),
+        "",
+        edited,
+    )
 
 
 def choose_cases(
@@ -204,6 +222,62 @@ def choose_cases(
 
 def _quotas(count: int) -> dict[tuple[str, str], int]:
     """Per (drift class, kind) caps that add up to `count`, spread as evenly as possible."""
-    keys = [(d, k) for d in ("drifted", "undrifted") for k in EDIT_KINDS]
+    # kind-major, so that a count smaller than the number of keys still spreads over both drift classes
+    keys = [(d, k) for k in EDIT_KINDS for d in ("drifted", "undrifted")]
     base, extra = divmod(count, len(keys))
     return {key: base + (1 if i < extra else 0) for i, key in enumerate(keys)}
+
+
+def synthetic_cases(source: dict[str, str], per_kind: int, seed: int, label: str = "synthetic") -> list[Case]:
+    """Cases whose target is the source file with one synthetic drift (see `synthetic`): `per_kind` cases of each
+    edit kind for the `adjacent` class and `per_kind` `list-mid` cases for `restructured`, from files in a seeded
+    random order, at most two per file and class."""
+    rng = random.Random(f"{seed}:{label}")
+    paths = sorted(p for p, text in source.items() if text.endswith("\n"))
+    rng.shuffle(paths)
+    want = {("adjacent", k): per_kind for k in EDIT_KINDS} | {("restructured", "list-mid"): per_kind}
+    cases: list[Case] = []
+    for path in paths:
+        if all(v == 0 for v in want.values()):
+            break
+        text = source[path]
+        sites = find_sites(text)
+        rng.shuffle(sites)
+        taken = dict.fromkeys(SYNTHETIC_CLASSES, 0)
+        for site in sites:
+            for klass in SYNTHETIC_CLASSES:
+                if want.get((klass, site.kind), 0) == 0 or taken[klass] >= 2:
+                    continue
+                n = len(cases) + 1
+                name = f"bench_{n}"
+                if klass == "adjacent":
+                    target = adjacent_target(text, site, f"drift_{n}")
+                else:
+                    target = restructured_target(text, site, f"_bench_sub_{n}")
+                if target is None:
+                    continue
+                new = new_element_text(site.kind, name, site)
+                edited = apply_edit(text, site, new)
+                if edited is None:
+                    continue
+                truth = adjacent_truth(target, site, new) if klass == "adjacent" else None
+                diff = make_diff(path, text, edited)
+                case = Case(
+                    f"{label}#{n}",
+                    path,
+                    site,
+                    name,
+                    new,
+                    diff,
+                    text,
+                    target,
+                    truth,
+                    drift_class(diff, target),
+                    klass,
+                    edited,
+                )
+                cases.append(case)
+                want[(klass, site.kind)] -= 1
+                taken[klass] += 1
+                break
+    return cases

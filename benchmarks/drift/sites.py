@@ -2,15 +2,23 @@
 
 An edit inserts one new element right after an *anchor* element of a syntactic container:
 
-==============  ===========================================  ================================================
-kind            container                                    anchor (the element the new one follows)
-==============  ===========================================  ================================================
-param           a def's parameter list                       its last named parameter
-kwarg           a call's argument list (by callee text)      its last keyword argument
-statement       a statement block                            a simple statement (by what it assigns or calls)
-list-element    a list display                               its last element (by text)
-import-name     a ``from m import (...)`` list               its last imported name
-==============  ===========================================  ================================================
+================  ===========================================  ================================================
+kind              container                                    anchor (the element the new one follows)
+================  ===========================================  ================================================
+param             a def's parameter list                       its last named parameter
+kwarg             a call's argument list (by callee text)      its last keyword argument
+statement         a statement block                            a simple statement (by what it assigns or calls)
+list-element      a list display                               its last element (by text)
+import-name       a ``from m import (...)`` list               its last imported name
+param-mid         a long signature, one parameter a line       a parameter with 2 before it and 3 after it
+kwarg-mid         a long call, one keyword argument a line     a keyword argument with 2 before and 3 after
+list-mid          a long list display, one element a line      an element with 2 before it and 3 after it
+import-statement  the module's import block                    a top-level ``import m`` / ``from m import``
+================  ===========================================  ================================================
+
+The ``-mid`` kinds are the cases whose 3 lines of context show no bracket at all (the hunk's lines are all
+elements); `import-statement` inserts a whole statement, ``from <module>_<name> import <name>``, which sorts right
+after its anchor.
 
 A site is identified by *syntax*, never by line number: the enclosing class/def chain, the container's identity
 (callee text, module name) and the anchor's identity (parameter name, keyword name, statement text, element text).
@@ -30,7 +38,23 @@ import bisect
 import functools
 from dataclasses import dataclass
 
-EDIT_KINDS = ("param", "kwarg", "statement", "list-element", "import-name")
+EDIT_KINDS = (
+    "param",
+    "kwarg",
+    "statement",
+    "list-element",
+    "import-name",
+    "param-mid",
+    "kwarg-mid",
+    "list-mid",
+    "import-statement",
+)
+#: kinds whose elements' order carries no meaning: applying such an edit somewhere in the intended container, or
+#: next to where the site was, is harmless; for the other kinds (parameters, statements, list elements) order is
+#: meaning, and a must-reject case that is applied anyway is harmful
+ORDER_FREE_KINDS = frozenset({"kwarg", "kwarg-mid", "import-name", "import-statement"})
+#: the kind each ``-mid`` kind's elements are written like
+BASE_KIND = {"param-mid": "param", "kwarg-mid": "kwarg", "list-mid": "list-element"}
 
 #: statement types used as anchors: simple, one-per-line statements people add lines after
 _ANCHOR_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
@@ -81,8 +105,16 @@ class _Anchor:
     top_end: int = 0
 
 
-def new_element_text(kind: str, name: str) -> str:
-    """The source text of the element an edit of `kind` inserts, built around identifier `name`."""
+def new_element_text(kind: str, name: str, site: Site | None = None) -> str:
+    """The source text of the element an edit of `kind` inserts, built around identifier `name` (an
+    `import-statement` is built from its anchor's module too, so it sorts right after it: pass the `site`)."""
+    kind = BASE_KIND.get(kind, kind)
+    if kind == "import-statement":
+        if site is None:
+            raise ValueError("an import-statement edit is built from its site")
+        if site.anchor.startswith("from "):
+            return f"{site.anchor}_{name} import {name}"
+        return f"{site.anchor}_{name}"
     if kind == "param":
         return f"{name}: int | None = None"
     if kind == "kwarg":
@@ -198,22 +230,41 @@ def _anchors(tree: ast.Module, lines: list[str]) -> list[_Anchor]:
             )
         )
 
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+            continue  # a new name there is no feature: the edit would not compile
+        if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module and stmt.names[0].name != "*":
+            add(Site("import-statement", (), "", f"from {stmt.module}", stmt.lineno), stmt, stmt, statement=True)
+        elif isinstance(stmt, ast.Import) and len(stmt.names) == 1 and not stmt.names[0].asname:
+            add(Site("import-statement", (), "", f"import {stmt.names[0].name}", stmt.lineno), stmt, stmt, True)
+
     for node, chain in _walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             inner = chain + (f"def {node.name}",)
             params = _params_with_ends(node)
             for i, (arg, end) in enumerate(params):
                 add(Site("param", inner, "", arg.arg, arg.lineno), arg, end, last=i == len(params) - 1)
+                mid = _middle(node.lineno, [(a, e) for a, e in params], i)
+                add(Site("param-mid", inner, "", arg.arg, arg.lineno), arg, end, last=mid)
         elif isinstance(node, ast.Call):
             named = [k for k in node.keywords if k.arg is not None]
             callee = ast.unparse(node.func) if named else ""
             for i, kw in enumerate(named):
                 add(Site("kwarg", chain, callee, kw.arg, kw.lineno), kw, kw, last=i == len(named) - 1)
+                mid = _middle(node.func.end_lineno or node.lineno, [(k, k) for k in named], i)
+                add(Site("kwarg-mid", chain, callee, kw.arg, kw.lineno), kw, kw, last=mid)
         elif isinstance(node, ast.List) and isinstance(node.ctx, ast.Load) and node.elts:
             for i, el in enumerate(node.elts):
                 last = i == len(node.elts) - 1
                 add(Site("list-element", chain, "", ast.unparse(el), el.lineno), el, el, last=last)
-        elif isinstance(node, ast.ImportFrom) and node.names and node.names[-1].name != "*":
+                mid = _middle(node.lineno, [(e, e) for e in node.elts], i)
+                add(Site("list-mid", chain, "", ast.unparse(el), el.lineno), el, el, last=mid)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.names
+            and node.names[-1].name != "*"
+            and node.module != "__future__"
+        ):
             module = "." * (node.level or 0) + (node.module or "")
             for i, al in enumerate(node.names):
                 text = al.name + (f" as {al.asname}" if al.asname else "")
@@ -223,6 +274,21 @@ def _anchors(tree: ast.Module, lines: list[str]) -> list[_Anchor]:
                 continue  # docstrings and bare constants
             add(Site("statement", chain, "", _statement_identity(node), node.lineno), node, node, statement=True)
     return found
+
+
+def _middle(opener_line: int, elements: list[tuple[ast.AST, ast.AST]], i: int) -> bool:
+    """Whether element i has 2 elements before it and 3 after it, each alone on the line after the previous one
+    and none on the opener's line: a hunk with 3 lines of context around an insertion after it shows elements
+    only, no bracket."""
+    if i < 2 or i + 3 >= len(elements):
+        return False
+    window = elements[i - 2 : i + 4]
+    if window[0][0].lineno <= opener_line:
+        return False
+    for (a, a_end), (b, _) in zip(window, window[1:], strict=False):
+        if a.lineno != a_end.end_lineno or b.lineno != a_end.end_lineno + 1:
+            return False
+    return window[-1][0].lineno == window[-1][1].end_lineno
 
 
 def _is_editable(anchor: _Anchor, lines: list[str]) -> bool:

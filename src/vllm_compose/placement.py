@@ -393,6 +393,7 @@ def _alignments(P: list[str], tgt: _Target) -> list[_Alignment]:
     found: dict[tuple, _Alignment] = {}
     explained: set[tuple[int, int]] = set()
     n_lines = len(tgt.lines)
+    closers: list[tuple[int, int]] | None = None
     for j, t in hits[: _MAX_HITS * 4]:
         if (j, t) in explained:
             continue
@@ -407,6 +408,10 @@ def _alignments(P: list[str], tgt: _Target) -> list[_Alignment]:
             + [t]
             + [None if x is None else x + t + 1 for x in post_map]
         )
+        if closers is None:
+            closers = _closer_pairs(P) if tgt.is_py else []
+        if closers:
+            mapping = _repair_closers(P, mapping, tgt, closers)
         key = tuple(mapping)
         if key in found:
             continue
@@ -414,6 +419,56 @@ def _alignments(P: list[str], tgt: _Target) -> list[_Alignment]:
         found[key] = al
         explained.update((jj, tt) for jj, tt in enumerate(mapping) if tt is not None)
     return list(found.values())
+
+
+def _closer_pairs(P: list[str]) -> list[tuple[int, int]]:
+    """(line, opener line) of each pre-image line that starts by closing a bracket the pre-image opened."""
+    lay = PythonLayout(P)
+    pairs = []
+    for j, line in enumerate(P):
+        frame = lay.frame_at[j]
+        if frame is not None and line.lstrip()[:1] in (")", "]", "}"):
+            pairs.append((j, frame.line))
+    return pairs
+
+
+def _repair_closers(
+    P: list[str], mapping: list[int | None], tgt: _Target, pairs: list[tuple[int, int]]
+) -> list[int | None]:
+    """Re-map a closing line the alignment matched to a look-alike: the hunk's ``)`` closes the bracket opened on
+    its own pre-image line, so in the target it is the line that closes the bracket opened on the target line that
+    opener matched.  Lines equal text can tie (one ``)`` closing the call the hunk shows, another a later call
+    after lines the target added); the alignment is re-mapped to the real closer when that one comes earlier,
+    with the lines right after it that agree with the pre-image lines after the closer."""
+    lay = tgt.layout
+    out = list(mapping)
+    for j, o in pairs:
+        t, to = out[j], out[o]
+        if t is None or to is None:
+            continue
+        lay.ensure(t)
+        f = lay.frame_at[t]
+        if f is not None and f.line == to:
+            continue
+        lo = max((x for x in out[:j] if x is not None), default=to)
+        want = _norm(P[j])
+        k = next(
+            (
+                k
+                for k in range(lo + 1, t)
+                if tgt.norm[k] == want and (fk := lay.frame_at[k]) is not None and fk.line == to
+            ),
+            None,
+        )
+        if k is None:
+            continue
+        out[j] = k
+        pos = k
+        for jj in range(j + 1, len(P)):
+            if out[jj] is None or pos + 1 >= out[jj] or tgt.norm[pos + 1] != _norm(P[jj]):
+                break
+            out[jj] = pos = pos + 1
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -579,11 +634,21 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                         edits.append(_Edit(prev + 1, nxt, [], True))
                         continue
                     if g.b > g.a:
-                        return _Plan(
-                            [],
+                        changed = (
                             f"the target changed lines the hunk removes (target lines "
-                            f"{prev + 2}..{nxt}: `{T[between[0]].strip()}`)",
+                            f"{prev + 2}..{nxt}: `{T[between[0]].strip()}`)"
                         )
+                        merged = None
+                        if tgt.is_py and g.b - g.a == 1 and len(g.added) == 1 and len(between) == 1:
+                            merged = _merge_line(P[g.a], g.added[0], T[between[0]])
+                        if merged is None:
+                            return _Plan([], changed)
+                        if isinstance(merged, _Refusal):
+                            return _Plan([], f"{changed}: {merged.why}")
+                        line, note = merged
+                        edits.append(_Edit(between[0], between[0] + 1, [tgt.eol(line)], False))
+                        notes.append(note)
+                        continue
                     both = (
                         f"both sides changed the same place: the target has "
                         f"{len(between)} line(s) of its own between target lines {prev + 1} and "
@@ -604,7 +669,21 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                     return _Plan([], "the target no longer has the lines the hunk removes")
                 start = end = nxt
             elif g.b > g.a:
-                return _Plan([], "the target no longer has the lines the hunk removes, and no line next to them agrees")
+                gone = "the target no longer has the lines the hunk removes, and no line next to them agrees"
+                # a one-line change at the hunk's edge (nothing before it, or nothing after it): the target's line
+                # right next to the neighbour that agrees is the changed line, if both sides inserted into it
+                edge = None
+                if tgt.is_py and g.b - g.a == 1 and len(g.added) == 1 and (prev is None) != (nxt is None):
+                    edge = nxt - 1 if prev is None and g.a == 0 else (prev + 1 if nxt is None and g.b == m else None)
+                merged = None
+                if edge is not None and 0 <= edge < len(T) and edge not in M:
+                    merged = _merge_line(P[g.a], g.added[0], T[edge])
+                if merged is None or isinstance(merged, _Refusal):
+                    return _Plan([], gone if merged is None else f"{gone}: {merged.why}")
+                line, note = merged
+                edits.append(_Edit(edge, edge + 1, [tgt.eol(line)], False))
+                notes.append(note)
+                continue
             elif prev is not None or nxt is not None:
                 # one neighbour anchors the insertion; already applied when the added lines sit right there
                 start = end = prev + 1 if prev is not None else nxt
@@ -752,6 +831,63 @@ def _commute(P: list[str], g: _Group, prev: int, nxt: int, tgt: _Target) -> str 
     return _Refusal(
         f"in {where} order carries meaning, and the hunk puts its lines between `{T[prev].strip()}` and "
         f"`{T[nxt].strip()}`, where the target put `{theirs}`: which comes first is a decision"
+    )
+
+
+def _insertion(base: str, new: str) -> tuple[int, str] | None:
+    """(offset, text) when `new` is `base` with one run of text inserted, else None."""
+    if len(new) <= len(base):
+        return None
+    p = 0
+    while p < len(base) and base[p] == new[p]:
+        p += 1
+    extra = len(new) - len(base)
+    if base[p:] != new[p + extra :]:
+        return None
+    return p, new[p : p + extra]
+
+
+def _merge_line(base: str, ours: str, theirs: str) -> tuple[str, str] | _Refusal | None:
+    """Both sides inserted into the same line of a container (``f(a, b)``, ``[x, y]``, ``from m import a, b``): the
+    hunk's insertion merged into the target's version of the line, as `_commute` does for element lines.  Insertions
+    at different points of the line are both kept; at the same point the hunk's goes first, under `_commute`'s order
+    rules.  None when the line is not two insertions into brackets (or an import list)."""
+    base, ours, theirs = _strip_cr(base), _strip_cr(ours), _strip_cr(theirs)
+    mine, other = _insertion(base, ours), _insertion(base, theirs)
+    if mine is None or other is None:
+        return None
+    (p, text), (q, text2) = mine, other
+    roles = []
+    for at in (p, q):
+        lay = PythonLayout([base[:at]])
+        frame = lay.frame_at[1]
+        if lay.in_string_at[1] or (frame is None and not re.match(r"^\s*from\s+\S+\s+import\s", base)):
+            return None
+        roles.append(frame.role if frame is not None else "import-names")
+    if p != q:
+        first, second = sorted([(p, text), (q, text2)])
+        merged = base[: first[0]] + first[1] + base[first[0] : second[0]] + second[1] + base[second[0] :]
+        return (
+            merged,
+            f"merged in the line: the hunk's `{text.strip()}` and the target's `{text2.strip()}` are separate",
+        )
+    role = roles[0]
+    free = None
+    if role in ("import-names", "set", "dict"):
+        free = {"import-names": "imported names", "set": "set elements", "dict": "dict entries"}[role]
+    elif role == "call-arguments" and all(_KEYWORD_ELEMENT.match(x.lstrip(", ")) for x in (text, text2)):
+        free = "keyword arguments"
+    elif re.match(r"^\s*__all__\s*[:=+]", base):
+        free = "the names of `__all__`"
+    merged = base[:p] + text + text2 + base[p:]
+    what = f"merged in the line: the target's own `{text2.strip(', ')}` stays after the hunk's `{text.strip(', ')}`"
+    if free is not None:
+        return merged, f"{what}; order carries no meaning ({free})"
+    if base[p:].lstrip()[:1] in (")", "]", "}"):
+        return merged, f"{what}; the anchor fixes the order (the hunk appends right after it)"
+    return _Refusal(
+        f"in the {role} order carries meaning, and both sides inserted at the same point of the line: "
+        "which comes first is a decision"
     )
 
 
