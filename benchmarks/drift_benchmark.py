@@ -191,7 +191,7 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
         "as *rightly*.",
         "",
     ]
-    header = ["tool"] + [f"{d}: {o}" for d in DRIFTS for o in OUTCOMES]
+    header = ["tool"] + [f"{d}: {o}" for d in DRIFTS for o in OUTCOMES] + ["drifted: right answer"]
     rows = []
     for tool in TOOLS:
         if tool not in summary["tools"]:
@@ -206,8 +206,15 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
             if c.get("rejected_rightly"):
                 rej += f" [{c['rejected_rightly']} rightly]"
             row.append(rej)
+        d = summary["tools"][tool]["drifted"]
+        row.append(_pct(d.get("correct", 0) + d.get("rejected_rightly", 0), cases.get("drifted", 0)))
         rows.append(row)
     lines.append(table(header, rows))
+    lines.append("")
+    lines.append(
+        "*Right answer*: correct, or a must-reject case rejected (a drifted case can only be correct when its site "
+        "still exists)."
+    )
     lines.append("")
     equivalent = {t: sum(summary["tools"][t][d].get("equivalent", 0) for d in DRIFTS) for t in summary["tools"]}
     if any(equivalent.values()):

@@ -307,3 +307,89 @@ def test_tools_on_a_drifted_case():
         assert merged.text == case.truth
         fuzzy = bench.gnu_patch(case.path, target, case.diff, fuzz=2)
         assert fuzzy.text == case.truth
+
+
+# --- the classes added for issue 16: no bracket in the context, import statements, synthetic drift ---------------
+
+LONG = textwrap.dedent(
+    """\
+    import os
+    from pkg.layers import Linear
+
+
+    def build(
+        self,
+        batch: int,
+        steps: int,
+        device: str = "cuda",
+        dtype: str = "half",
+        seed: int = 0,
+        extra: int = 1,
+    ) -> list:
+        return [
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+        ]
+    """
+)
+
+
+def test_mid_sites_have_elements_only_in_their_context():
+    mids = {(s.kind, s.anchor) for s in find_sites(LONG) if s.kind.endswith("-mid")}
+    # 2 elements before and 3 after, none on the opener's line
+    assert mids == {("param-mid", "steps"), ("param-mid", "device"), ("list-mid", "'three'")}
+    case = build_case("m#1", "pkg/long.py", site_of(LONG, "param-mid", "steps"), "new", LONG, LONG)
+    body = [ln for ln in case.diff.splitlines()[5:] if ln.startswith(" ")]
+    assert len(body) == 6 and not any(c in ln for ln in body for c in "()[]")
+
+
+def test_import_statement_sorts_right_after_its_anchor():
+    site = site_of(LONG, "import-statement", "from pkg.layers")
+    assert new_element_text("import-statement", "bench_1", site) == "from pkg.layers_bench_1 import bench_1"
+    out = apply_edit(LONG, site, new_element_text("import-statement", "bench_1", site))
+    assert "from pkg.layers import Linear\nfrom pkg.layers_bench_1 import bench_1\n" in out
+    # a new name is no `__future__` feature: not offered
+    assert not [s for s in find_sites("from __future__ import annotations\n") if s.kind.startswith("import")]
+
+
+def test_adjacent_drift_truth_by_order():
+    from drift.synthetic import adjacent_target, adjacent_truth
+
+    site = site_of(LONG, "param", "extra")  # the hunk appends: the anchor fixes the order
+    target = adjacent_target(LONG, site, "theirs")
+    assert "extra: int = 1,\n    theirs: int | None = None,\n" in target
+    truth = adjacent_truth(target, site, new_element_text("param", "new"))
+    assert "extra: int = 1,\n    new: int | None = None,\n    theirs: int | None = None,\n" in truth
+    mid = site_of(LONG, "param-mid", "steps")  # an ordered element between two: a decision, must reject
+    assert adjacent_truth(adjacent_target(LONG, mid, "theirs"), mid, new_element_text("param-mid", "new")) is None
+
+
+def test_restructured_drift_splices_a_sub_list():
+    from drift.synthetic import restructured_target
+
+    site = site_of(LONG, "list-mid", "'three'")
+    target = restructured_target(LONG, site, "_sub")
+    assert '_sub = [\n    "one",\n    "two",\n    "three",\n]\n\n\ndef build(' in target
+    assert '        *_sub,\n        "four",' in target
+    assert restructured_target(LONG, site_of(LONG, "param-mid", "steps"), "_sub") is None
+
+
+def test_summary_splits_must_reject_harm_by_kind():
+    from drift_benchmark import harm
+
+    def rec(kind, outcome):
+        return {
+            "drift": "drifted",
+            "kind": kind,
+            "must_reject": True,
+            "synthetic": "",
+            "tools": {"t": {"outcome": outcome, "equivalent": False}},
+        }
+
+    s = summarize([rec("kwarg", "misplaced"), rec("param", "misplaced"), rec("statement", "rejected")])
+    assert s["harm"]["t"] == {"harmless": 1, "harmful": 1}
+    assert harm(rec("import-name", "misplaced")) == "harmless" and harm(rec("list-mid", "x")) == "harmful"

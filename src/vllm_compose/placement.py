@@ -640,7 +640,7 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                         )
                         merged = None
                         if tgt.is_py and g.b - g.a == 1 and len(g.added) == 1 and len(between) == 1:
-                            merged = _merge_line(P[g.a], g.added[0], T[between[0]])
+                            merged = _merge_line(P[g.a], g.added[0], T[between[0]], tgt, between[0])
                         if merged is None:
                             return _Plan([], changed)
                         if isinstance(merged, _Refusal):
@@ -677,7 +677,7 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
                     edge = nxt - 1 if prev is None and g.a == 0 else (prev + 1 if nxt is None and g.b == m else None)
                 merged = None
                 if edge is not None and 0 <= edge < len(T) and edge not in M:
-                    merged = _merge_line(P[g.a], g.added[0], T[edge])
+                    merged = _merge_line(P[g.a], g.added[0], T[edge], tgt, edge)
                 if merged is None or isinstance(merged, _Refusal):
                     return _Plan([], gone if merged is None else f"{gone}: {merged.why}")
                 line, note = merged
@@ -847,23 +847,35 @@ def _insertion(base: str, new: str) -> tuple[int, str] | None:
     return p, new[p : p + extra]
 
 
-def _merge_line(base: str, ours: str, theirs: str) -> tuple[str, str] | _Refusal | None:
+def _merge_line(base: str, ours: str, theirs: str, tgt: _Target, at: int) -> tuple[str, str] | _Refusal | None:
     """Both sides inserted into the same line of a container (``f(a, b)``, ``[x, y]``, ``from m import a, b``): the
     hunk's insertion merged into the target's version of the line, as `_commute` does for element lines.  Insertions
     at different points of the line are both kept; at the same point the hunk's goes first, under `_commute`'s order
-    rules.  None when the line is not two insertions into brackets (or an import list)."""
+    rules.  `at` is the target line (its brackets open before it count, and the line after it says whether an
+    insertion at the end of the line appends).  None when the line is not two insertions into brackets (or an
+    import list)."""
     base, ours, theirs = _strip_cr(base), _strip_cr(ours), _strip_cr(theirs)
     mine, other = _insertion(base, ours), _insertion(base, theirs)
     if mine is None or other is None:
         return None
     (p, text), (q, text2) = mine, other
+    lay_t = tgt.layout
+    lay_t.ensure(at + 1)
+    outer = lay_t.frame_at[at]
     roles = []
-    for at in (p, q):
-        lay = PythonLayout([base[:at]])
+    for offset in (p, q):
+        lay = PythonLayout([base[:offset]])
         frame = lay.frame_at[1]
-        if lay.in_string_at[1] or (frame is None and not re.match(r"^\s*from\s+\S+\s+import\s", base)):
+        if lay.in_string_at[1] or lay.unmatched_closers:
             return None
-        roles.append(frame.role if frame is not None else "import-names")
+        if frame is not None:
+            roles.append(frame.role)
+        elif outer is not None:
+            roles.append(outer.role)
+        elif re.match(r"^\s*from\s+\S+\s+import\s", base):
+            roles.append("import-names")
+        else:
+            return None
     if p != q:
         first, second = sorted([(p, text), (q, text2)])
         merged = base[: first[0]] + first[1] + base[first[0] : second[0]] + second[1] + base[second[0] :]
@@ -883,7 +895,8 @@ def _merge_line(base: str, ours: str, theirs: str) -> tuple[str, str] | _Refusal
     what = f"merged in the line: the target's own `{text2.strip(', ')}` stays after the hunk's `{text.strip(', ')}`"
     if free is not None:
         return merged, f"{what}; order carries no meaning ({free})"
-    if base[p:].lstrip()[:1] in (")", "]", "}"):
+    rest = base[p:].strip() or (_strip_cr(tgt.lines[at + 1]).strip() if at + 1 < len(tgt.lines) else "")
+    if rest.lstrip(",")[:1] in (")", "]", "}"):
         return merged, f"{what}; the anchor fixes the order (the hunk appends right after it)"
     return _Refusal(
         f"in the {role} order carries meaning, and both sides inserted at the same point of the line: "
