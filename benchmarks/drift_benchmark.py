@@ -14,8 +14,14 @@ available (as in a clone with history), and this project's placement engine. Eac
 A result that differs from the ground truth only in layout (same syntax tree) counts as correct and is tallied
 separately as "equivalent".
 
+Every case is also applied to the file its diff was made from ("own base": the result must be the edited file),
+and synthetic drift classes (`drift/synthetic.py`: the target is the source file with one change, so the truth is
+known by construction) add cases where the target inserted its own element next to the hunk's, or split a list into
+a spliced sub-list.
+
 Usage:
-  python benchmarks/drift_benchmark.py [--cases 300] [--seed 1] [--source 0.26.0] [--targets 0.27.0 0.28.0 0.30.0]
+  python benchmarks/drift_benchmark.py [--cases 450] [--synthetic 10] [--seed 1] [--source 0.26.0]
+                                       [--targets 0.27.0 0.28.0 0.30.0] [--no-own-base]
                                        [--json FILE] [--docs docs/benchmarks.md | --no-docs]
 
 Sdists come from vllm-compose's cache (downloaded once, sha256-verified: `vllm_compose.releases.fetch_sdist`).
@@ -433,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", default="0.26.0", help="release the edits are made on")
     ap.add_argument("--targets", nargs="+", default=["0.27.0", "0.28.0", "0.30.0"], help="releases they are ported to")
-    ap.add_argument("--cases", type=int, default=300, help="total number of cases, split evenly over the targets")
+    ap.add_argument("--cases", type=int, default=450, help="total number of cases, split evenly over the targets")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--synthetic", type=int, default=10, help="synthetic cases per edit kind and class (0: none)")
     ap.add_argument("--no-own-base", action="store_true", help="do not apply each case to its own base")

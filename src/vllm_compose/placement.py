@@ -48,7 +48,13 @@ Merging (hunk pre-image = base, post-image = ours, target window = theirs)
     - removed lines must all be present, adjacent to each other in the target;
     - added lines go between the target lines matching the pre-image lines around them.  When both neighbours are
       present and the target has lines of its own between them, both sides changed the same gap: conflict (unless
-      those lines are the added lines: already applied).  When one neighbour is missing (the target deleted or
+      those lines are the added lines: already applied) — but for elements of one container (parameters, call
+      arguments, imported names, list/tuple/set/dict displays, ``__all__``, enum members) the insertions commute:
+      the hunk's element goes right after its anchor, the target's stay after it, where order carries no meaning
+      (keyword arguments, imported names, set/dict, ``__all__``, enum members, keyword-only parameters) or the
+      anchor fixes it (the hunk appends); an ordered element the hunk puts *between* two, where the target put one,
+      is a decision and a conflict (`_commute`).  Both sides inserting into one line of a container merge under the
+      same rules (`_merge_line`).  When one neighbour is missing (the target deleted or
       changed it), the present neighbour anchors the insertion — but the nearest non-blank line the insertion
       follows (what it continues: the statement, parameter, argument or element before it) must not have been
       changed: a target line of its own where that line was is a conflict, unless exactly one such line keeps its
@@ -61,6 +67,17 @@ Merging (hunk pre-image = base, post-image = ours, target window = theirs)
     lines are already there is already applied; a hunk whose groups all are gets ``already-applied``.  When the
     pre-image cannot be placed, the post-image is searched: found verbatim-enough and unique, the hunk is
     ``already-applied`` too.
+
+Import-only hunks
+    A hunk that only adds imports at module level and that its context cannot place goes into the target's
+    ``from m import`` statement for the same module if it has one, else into its import block; in the target's
+    order (sorted, when its names or statements are), else after the statement the hunk follows (`_place_imports`).
+
+Restructured containers
+    A site whose container the target spliced into another one (``*name``), or where the target put a splice among
+    the elements the hunk shows, is refused unless the hunk shows that container's own opening line: a hunk is never
+    merged into a sub-list it did not show (`_restructured_problem`).  Aligning a closing line, the one that closes
+    the bracket the hunk shows open wins over a look-alike (`_repair_closers`).
 
 Verdicts: ``exact`` (verbatim at the header's line), ``offset`` (verbatim elsewhere), ``relocated`` (only
 whitespace/line-end/indentation differs), ``merged`` (the target has missing, changed or extra lines in the window),
