@@ -109,6 +109,7 @@ def run_case(case: Case, bench: Workbench, engine, own_base: bool = True) -> dic
         "drift": case.drift,
         "synthetic": case.synthetic,
         "must_reject": case.must_reject,
+        "order_free": case.order_free,
         "tools": {},
     }
     for tool, res in results.items():
@@ -132,10 +133,10 @@ def run_case(case: Case, bench: Workbench, engine, own_base: bool = True) -> dic
 
 
 def harm(record: dict) -> str:
-    """For a must-reject case: "harmless" when order carries no meaning for its kind (keyword arguments, imported
-    names: applied anyway, the element still lands in the intended statement), else "harmful" (parameters,
-    statements, list elements)."""
-    return "harmless" if record["kind"] in ORDER_FREE_KINDS else "harmful"
+    """For a must-reject case: "harmless" when order carries no meaning for its elements (keyword arguments,
+    imported names, ``__all__``, keyword-only parameters: applied anyway, the element still lands in the intended
+    statement), else "harmful" (parameters, statements, list elements)."""
+    return "harmless" if record["kind"] in ORDER_FREE_KINDS or record.get("order_free") else "harmful"
 
 
 def summarize(records: list[dict]) -> dict:
@@ -306,9 +307,9 @@ def _harm(summary: dict) -> list[str]:
     if not parts:
         return ["Must-reject cases applied anyway: none, by any tool.", ""]
     return [
-        "Must-reject cases applied anyway (real and synthetic), *harmless* for the kinds whose order carries no "
-        "meaning (keyword arguments, imported names, import statements), *harmful* for parameters, statements and "
-        "list elements: " + "; ".join(parts) + ".",
+        "Must-reject cases applied anyway (real and synthetic), *harmless* where order carries no meaning "
+        "(keyword arguments, imported names, import statements, `__all__`, keyword-only parameters), *harmful* for "
+        "other parameters, statements and list elements: " + "; ".join(parts) + ".",
         "",
     ]
 

@@ -349,9 +349,9 @@ def test_mid_sites_have_elements_only_in_their_context():
 
 def test_import_statement_sorts_right_after_its_anchor():
     site = site_of(LONG, "import-statement", "from pkg.layers")
-    assert new_element_text("import-statement", "bench_1", site) == "from pkg.layers_bench_1 import bench_1"
+    assert new_element_text("import-statement", "bench_1", site) == "from pkg.layers.aaa_bench_1 import bench_1"
     out = apply_edit(LONG, site, new_element_text("import-statement", "bench_1", site))
-    assert "from pkg.layers import Linear\nfrom pkg.layers_bench_1 import bench_1\n" in out
+    assert "from pkg.layers import Linear\nfrom pkg.layers.aaa_bench_1 import bench_1\n" in out
     # a new name is no `__future__` feature: not offered
     assert not [s for s in find_sites("from __future__ import annotations\n") if s.kind.startswith("import")]
 
@@ -393,3 +393,12 @@ def test_summary_splits_must_reject_harm_by_kind():
     s = summarize([rec("kwarg", "misplaced"), rec("param", "misplaced"), rec("statement", "rejected")])
     assert s["harm"]["t"] == {"harmless": 1, "harmful": 1}
     assert harm(rec("import-name", "misplaced")) == "harmless" and harm(rec("list-mid", "x")) == "harmful"
+    assert harm({**rec("list-mid", "x"), "order_free": True}) == "harmless"  # the names of __all__
+
+
+def test_order_free_sites():
+    from drift.sites import order_free
+
+    text = 'def f(a, b, *, c=1, d=2):\n    pass\n\n\n__all__ = [\n    "x",\n    "y",\n]\n'
+    assert order_free(text, site_of(text, "param", "d")) and not order_free(text, Site("param", ("def f",), "", "b"))
+    assert order_free(text, site_of(text, "list-element", "'y'"))

@@ -14,7 +14,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from .sites import EDIT_KINDS, Site, apply_edit, find_sites, new_element_text
+from .sites import EDIT_KINDS, Site, apply_edit, find_sites, new_element_text, order_free
 from .synthetic import SYNTHETIC_CLASSES, adjacent_target, adjacent_truth, restructured_target
 
 #: git's built-in `python` diff driver pattern for the text after `@@ ... @@` (what GitHub diffs show)
@@ -46,6 +46,9 @@ class Case:
     synthetic: str = ""
     #: the source file with the edit made: what the diff applied to its own base must give
     edited: str = ""
+    #: the order of the site's elements carries no meaning (`sites.order_free`): a must-reject case applied is
+    #: harmless
+    order_free: bool = False
 
     @property
     def must_reject(self) -> bool:
@@ -163,6 +166,7 @@ def build_case(case_id: str, path: str, site: Site, name: str, source_text: str,
         drift_class(diff, target_text),
         "",
         edited,
+        order_free(source_text, site),
     )
 
 
@@ -275,6 +279,7 @@ def synthetic_cases(source: dict[str, str], per_kind: int, seed: int, label: str
                     drift_class(diff, target),
                     klass,
                     edited,
+                    order_free(text, site),
                 )
                 cases.append(case)
                 want[(klass, site.kind)] -= 1

@@ -17,8 +17,8 @@ import-statement  the module's import block                    a top-level ``imp
 ================  ===========================================  ================================================
 
 The ``-mid`` kinds are the cases whose 3 lines of context show no bracket at all (the hunk's lines are all
-elements); `import-statement` inserts a whole statement, ``from <module>_<name> import <name>``, which sorts right
-after its anchor.
+elements); `import-statement` inserts a whole statement, ``from <module>.aaa_<name> import <name>``, which sorts
+right after its anchor.
 
 A site is identified by *syntax*, never by line number: the enclosing class/def chain, the container's identity
 (callee text, module name) and the anchor's identity (parameter name, keyword name, statement text, element text).
@@ -112,9 +112,10 @@ def new_element_text(kind: str, name: str, site: Site | None = None) -> str:
     if kind == "import-statement":
         if site is None:
             raise ValueError("an import-statement edit is built from its site")
+        # a submodule of the anchor's module named to sort right after it (before its other submodules)
         if site.anchor.startswith("from "):
-            return f"{site.anchor}_{name} import {name}"
-        return f"{site.anchor}_{name}"
+            return f"{site.anchor}.aaa_{name} import {name}"
+        return f"{site.anchor}.aaa_{name}"
     if kind == "param":
         return f"{name}: int | None = None"
     if kind == "kwarg":
@@ -376,3 +377,29 @@ def apply_edit(text: str, site: Site, new: str) -> str | None:
     except (SyntaxError, ValueError):
         return None
     return "\n".join(edited)
+
+
+def order_free(text: str, site: Site) -> bool:
+    """Whether the order of the site's elements carries no meaning: an order-free kind, the names of ``__all__``,
+    or keyword-only parameters."""
+    if site.kind in ORDER_FREE_KINDS:
+        return True
+    index = _index(text)
+    if index is None:
+        return False
+    lines, by_identity = index
+    matches = by_identity.get(site.identity, [])
+    if len(matches) != 1:
+        return False
+    anchor = matches[0]
+    if site.kind in ("list-element", "list-mid"):
+        return lines[anchor.top_start - 1].lstrip().startswith("__all__")
+    if site.kind in ("param", "param-mid"):
+        tree = ast.parse(text)
+        return any(
+            a.arg == site.anchor and a.lineno == anchor.start_line
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for a in node.args.kwonlyargs
+        )
+    return False

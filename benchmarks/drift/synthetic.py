@@ -9,7 +9,9 @@ class                     what the target did                                  g
                           "the import block grew")                             after it — where order carries no
                                                                                meaning or the hunk appends
                                                                                (``param``, ``kwarg*``,
-                                                                               ``list-element``, ``import-*``);
+                                                                               ``list-element``, ``import-*``,
+                                                                               ``__all__``, keyword-only
+                                                                               parameters);
                                                                                must reject where the hunk puts
                                                                                an ordered element between two
                                                                                (``param-mid``, ``list-mid``) or
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import ast
 
-from .sites import Site, _index, apply_edit, new_element_text
+from .sites import Site, _index, apply_edit, new_element_text, order_free
 
 SYNTHETIC_CLASSES = ("adjacent", "restructured")
 
@@ -38,8 +40,10 @@ def adjacent_target(text: str, site: Site, theirs: str) -> str | None:
 
 
 def adjacent_truth(target: str, site: Site, new: str) -> str | None:
-    """The ground truth of an `adjacent` case (see the module table); `new` is the hunk's element text."""
-    if site.kind in _ADJACENT_MUST_REJECT:
+    """The ground truth of an `adjacent` case (see the module table); `new` is the hunk's element text.  Elements
+    whose order carries no meaning (`sites.order_free`: ``__all__``, keyword-only parameters) commute whatever
+    their kind."""
+    if site.kind in _ADJACENT_MUST_REJECT and not (site.kind != "statement" and order_free(target, site)):
         return None
     return apply_edit(target, site, new)
 

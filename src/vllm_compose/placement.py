@@ -94,6 +94,7 @@ from __future__ import annotations
 import ast
 import enum
 import functools
+import hashlib
 import keyword
 import re
 from collections import defaultdict
@@ -768,6 +769,24 @@ _ENUM_BASES = re.compile(r"^\s*class\s+\w+\s*\((?:[^)]*[\s,(.])?(?:Enum|IntEnum|
 _MEMBER = re.compile(r"^\s*[A-Za-z_]\w*\s*(?::[^=]+)?=(?!=)")
 
 
+def _order_free(role: str, opener: str, elements: list[str], before: list[str]) -> str | None:
+    """What makes order carry no meaning among `elements` (element texts) of a container with this role opened by
+    the line `opener` ("imported names", "keyword arguments", ...), or None when their order carries meaning.
+    `before`: the container's lines up to the insertion point (a bare ``*`` there makes parameters keyword-only)."""
+    if role == "import-names":
+        return "imported names"
+    if role in ("set", "dict"):
+        return "set elements" if role == "set" else "dict entries"
+    if role in ("list", "tuple") and re.match(r"^\s*__all__\s*[:=+]", opener):
+        return "the names of `__all__`"
+    code = [x for x in elements if x.strip() and not x.strip().startswith("#")]
+    if role == "call-arguments" and code and all(_KEYWORD_ELEMENT.match(x) for x in code):
+        return "keyword arguments"
+    if role == "parameters" and any(_STAR_PARAMETER.search(x) for x in before):
+        return "keyword-only parameters"
+    return None
+
+
 def _complete_elements(lines: list[str]) -> bool:
     """Whether `lines` are whole elements of a bracketed container: balanced, and the last code line ends with a
     comma (an element followed by further elements)."""
@@ -820,19 +839,7 @@ def _commute(P: list[str], g: _Group, prev: int, nxt: int, tgt: _Target) -> str 
         return None
     theirs = next(x.strip() for x in between if x.strip())
     opener = T[frame.line].strip()
-    free = None
-    if role == "import-names":
-        free = "imported names"
-    elif role in ("set", "dict"):
-        free = "set elements" if role == "set" else "dict entries"
-    elif role in ("list", "tuple") and re.match(r"^__all__\s*[:=+]", opener):
-        free = "the names of `__all__`"
-    elif role == "call-arguments" and all(
-        _KEYWORD_ELEMENT.match(x) for x in added + between if x.strip() and not x.strip().startswith("#")
-    ):
-        free = "keyword arguments"
-    elif role == "parameters" and any(_STAR_PARAMETER.search(T[k]) for k in range(frame.line, prev + 1)):
-        free = "keyword-only parameters"
+    free = _order_free(role, opener, added + between, [T[k] for k in range(frame.line, prev + 1)])
     where = f"the {role} opened at `{opener}`"
     if free is not None:
         return (
@@ -901,13 +908,8 @@ def _merge_line(base: str, ours: str, theirs: str, tgt: _Target, at: int) -> tup
             f"merged in the line: the hunk's `{text.strip()}` and the target's `{text2.strip()}` are separate",
         )
     role = roles[0]
-    free = None
-    if role in ("import-names", "set", "dict"):
-        free = {"import-names": "imported names", "set": "set elements", "dict": "dict entries"}[role]
-    elif role == "call-arguments" and all(_KEYWORD_ELEMENT.match(x.lstrip(", ")) for x in (text, text2)):
-        free = "keyword arguments"
-    elif re.match(r"^\s*__all__\s*[:=+]", base):
-        free = "the names of `__all__`"
+    opener = _strip_cr(tgt.lines[outer.line]) if outer is not None and roles[0] == outer.role else base
+    free = _order_free(roles[0], opener, [text.lstrip(", "), text2.lstrip(", ")], [base[:p]])
     merged = base[:p] + text + text2 + base[p:]
     what = f"merged in the line: the target's own `{text2.strip(', ')}` stays after the hunk's `{text.strip(', ')}`"
     if free is not None:
@@ -1035,6 +1037,7 @@ def _insertion_anchors(
                     f"the line the insertion follows, `{P[j].strip()}`, was changed in the target (target line "
                     f"{t + 1}: `{tgt.lines[t].strip()}`): the site the hunk was made for is gone"
                 )
+
     before = found[0] if found[0] is not None else (M[g.a - 1] if g.a > 0 else None)
     after = found[1] if found[1] is not None else (M[g.b] if g.b < m else None)
     if before is not None and after is not None and before >= after:
@@ -1260,8 +1263,8 @@ def place_hunk(hunk: Hunk, target_lines: list[str], path: str) -> Placement:
     return _place(hunk, _target(target_lines, path))
 
 
-def _place(hunk: Hunk, tgt: _Target) -> Placement:
-    placed = _place_by_context(hunk, tgt)
+def _place(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Placement:
+    placed = _place_by_context(hunk, tgt, own_base)
     if placed.verdict is Verdict.CONFLICT and tgt.is_py:
         # an import-only hunk the context cannot place still has a place: the target's import block
         imported = _place_imports(hunk, tgt)
@@ -1272,7 +1275,7 @@ def _place(hunk: Hunk, tgt: _Target) -> Placement:
     return placed
 
 
-def _place_by_context(hunk: Hunk, tgt: _Target) -> Placement:
+def _place_by_context(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Placement:
     P = hunk.pre_image
     groups = _groups(hunk)
     if tgt.is_py:
@@ -1330,8 +1333,27 @@ def _place_by_context(hunk: Hunk, tgt: _Target) -> Placement:
             msg += f"; a better-matching {_describe(rejected[0][0], P)} is in the wrong scope: {rejected[0][2]}"
         return conflict(msg, best[0].score)
     al, plan, _ = best
+    own_line = None
+    if al.verbatim and own_base:
+        # The target is the very file the patch was made from (its blob id is the one the diff's `index` line
+        # names): of two verbatim copies of the pre-image, the one at the hunk's own line is the hunk's site.  The
+        # line number decides nothing else.
+        at_header = [s for s in eligible if s[0].verbatim and s[0].mapping[0] == hunk.old_start - 1]
+        if len(at_header) == 1 and sum(1 for s in eligible if s[0].verbatim) > 1:
+            best = own_line = at_header[0]
+            al, plan, _ = best
     key = _site_key(plan, al)
-    rival = next((s for s in eligible[1:] if _site_key(s[1], s[0]) != key), None)
+    rival = next((s for s in eligible if s is not best and _site_key(s[1], s[0]) != key), None)
+    if own_line is not None and rival is not None:
+        rival = None  # the other copy: reported in the evidence below
+        others = [s for s in eligible if s[0].verbatim and s is not own_line]
+        own_note = (
+            f"{len(others)} other verbatim cop{'y' if len(others) == 1 else 'ies'} (line "
+            f"{', '.join(str(_line_of(s[0])) for s in others)}); the one at the hunk's own line {hunk.old_start} "
+            "taken: the target is the patch's own base (the blob the diff's index line names)"
+        )
+    else:
+        own_note = None
     if rival is not None and _too_close(al, rival[0]):
         return conflict(
             f"ambiguous: {_describe(al, P)} and {_describe(rival[0], P)} agree about equally "
@@ -1350,6 +1372,8 @@ def _place_by_context(hunk: Hunk, tgt: _Target) -> Placement:
                     al.score,
                 )
     evidence = [_describe(al, P)]
+    if own_note is not None:
+        evidence.append(own_note)
     if rival is not None:
         evidence.append(f"runner-up {_describe(rival[0], P)}")
     if rejected:
@@ -1929,7 +1953,8 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
         )
 
     tgt = _target(lines, path)
-    placements = [_place(h, tgt) for h in hunks]
+    own_base = file_patch.old_blob is not None and _blob_id(target_text).startswith(file_patch.old_blob.lower())
+    placements = [_place(h, tgt, own_base) for h in hunks]
     _resolve_overlaps(placements)
     text, regions = _assemble(tgt, final_nl, placements)
     perr = None
@@ -1950,6 +1975,12 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
                 _to_conflict(p, where)
             text, regions = _assemble(tgt, final_nl, placements)
     return FilePlacement(file_patch, placements, text, perr)
+
+
+def _blob_id(text: str) -> str:
+    """The git blob id of a file with this text."""
+    data = text.encode("utf-8", "surrogateescape")
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 #: first words of clauses that continue a compound statement: such a line never starts a statement
