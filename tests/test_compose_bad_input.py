@@ -88,6 +88,20 @@ def corrupted_cache_file(series, repo):
     return 3, "corrupt"
 
 
+def resolves_a_pr_hunk_that_does_not_exist(series, repo):
+    text = (series / "series.toml").read_text()
+    fix = 'why = "skew between the PR and our users"'
+    (series / "series.toml").write_text(text.replace(fix, fix + '\nresolves = ["pr101:pkg/mod.py#7"]'))
+    return 3, "resolves item 'pr101:pkg/mod.py#7' names a hunk that the patch of 'pr101' does not have"
+
+
+def resolves_a_pr_file_that_does_not_exist(series, repo):
+    text = (series / "series.toml").read_text()
+    fix = 'why = "skew between the PR and our users"'
+    (series / "series.toml").write_text(text.replace(fix, fix + '\nresolves = ["pr101:pkg/other.py#1"]'))
+    return 3, "names a file that the patch of 'pr101' does not have"
+
+
 CASES = {
     f.__name__: f
     for f in (
@@ -101,12 +115,14 @@ CASES = {
         dirty_repo,
         repo_is_a_plain_folder,
         corrupted_cache_file,
+        resolves_a_pr_hunk_that_does_not_exist,
+        resolves_a_pr_file_that_does_not_exist,
     )
 }
 
 
 def test_bad_input_cases_are_counted():
-    assert len(CASES) == 10
+    assert len(CASES) == 12
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -191,3 +207,31 @@ def test_a_release_no_pr_entry_applies_to_is_refused(series_dir, upstream, capsy
     err = capsys.readouterr().err
     assert "no upstream PR entry of the series applies to v2.0.0 (pr101 >=9.0.0)" in err and "hint:" in err
     assert "compose-101-v2.0.0" not in git(upstream, "branch", "--list")
+
+
+def test_a_missing_pr_hunk_in_resolves_lists_the_hunks_that_exist(series_dir, upstream, capsys):  # noqa: F811
+    resolves_a_pr_hunk_that_does_not_exist(series_dir, upstream)
+    assert compose(series_dir, upstream, "v1.0.0") == 3
+    assert "hint: pr101's patch has hunks: pkg/mod.py#1..2" in capsys.readouterr().err
+
+
+def test_validate_checks_resolves_against_a_cached_pr_diff(series_dir, upstream, capsys):  # noqa: F811
+    from vllm_compose.cli import main
+
+    assert main(["validate", "--series", str(series_dir)]) == 0  # nothing names pr101 yet
+    resolves_a_pr_hunk_that_does_not_exist(series_dir, upstream)
+    assert main(["validate", "--series", str(series_dir)]) == 3  # the fixture put pr101's diff into the cache
+    err = capsys.readouterr().err
+    assert "'pr101:pkg/mod.py#7' names a hunk" in err and "pkg/mod.py#1..2" in err
+
+
+def test_validate_says_which_resolves_it_could_not_check(series_dir, upstream, capsys, tmp_path):  # noqa: F811
+    from vllm_compose.cli import main
+
+    text = (series_dir / "series.toml").read_text()
+    fix = 'why = "skew between the PR and our users"'
+    (series_dir / "series.toml").write_text(text.replace(fix, fix + '\nresolves = ["pr101:pkg/mod.py#2"]'))
+    assert main(["validate", "--series", str(series_dir), "--cache", str(tmp_path / "empty-cache")]) == 0
+    assert "resolves naming pr101 not checked: the diff is not in the cache" in capsys.readouterr().out
+    assert main(["validate", "--series", str(series_dir)]) == 0
+    assert "resolves checked against the cached diffs of pr101" in capsys.readouterr().out

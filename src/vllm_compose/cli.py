@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="validate a series folder (series.toml and its patches)")
     v.add_argument("--series", default=DEFAULTS["series"], type=Path)
+    v.add_argument("--cache", type=Path, metavar="DIR", help="cache folder the PR diffs are looked up in")
 
     st = sub.add_parser(
         "status", help="compose onto each tag (no branch state kept on conflict) and write the status table"
@@ -344,10 +345,17 @@ def _check_fuzz(args) -> int:
 
 
 def _validate(args) -> int:
-    from .series import load_series
+    from .validate import validate_series
 
-    series = load_series(args.series)
-    print(f"{series.file}: {len(series.entries)} entries OK")
+    checked = validate_series(args.series, _cache(args))
+    print(f"{checked.series.file}: {len(checked.series.entries)} entries OK")
+    if checked.checked:
+        print(f"resolves checked against the cached diffs of {', '.join(checked.checked)}")
+    if checked.unchecked:
+        print(
+            f"resolves naming {', '.join(checked.unchecked)} not checked: the diff is not in the cache "
+            "(the compose checks them before writing anything)"
+        )
     return ExitCode.OK
 
 

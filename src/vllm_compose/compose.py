@@ -48,7 +48,7 @@ from .results import (
     RunState,
     Severity,
 )
-from .series import Series, load_series, version_of_tag
+from .series import Series, check_resolves, load_series, version_of_tag
 from .sources import entry_patch
 from .trailers import COMPOSED_BY
 from .trees import GitTree
@@ -194,6 +194,8 @@ class Composer:
         """Every applicable entry's content, parsed, before anything is written."""
         entries = self.series.entries_for(self.tag)
         self.patches = {e.id: self._entry_patch(e) for e in entries}
+        # now that the PR entries' content is known: a fix must carry hunks that exist
+        check_resolves(entries, self.patches, self.series.file)
         self.carried = carried_hunks(entries)
 
     def _entry_patch(self, entry) -> Patch:

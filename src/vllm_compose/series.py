@@ -541,18 +541,32 @@ def _load_local(chk: _Checker, directory: Path, table: dict, entry: Entry, earli
 
 
 def _check_resolves(chk: _Checker, entries: list[Entry]) -> None:
-    """A `resolves` item that names a local entry's hunk must name one that exists (PR content is checked later)."""
-    by_id = {e.id: e for e in entries}
+    """A `resolves` item that names a local entry's hunk must name one that exists (PR content: `check_resolves`,
+    once the compose has it)."""
+    local = {e.id: e.patch for e in entries if e.patch is not None}
+    check_resolves(entries, local, chk.file)
+
+
+def check_resolves(entries: list[Entry], patches: dict[str, Patch], file: Path | None = None) -> None:
+    """Raise `SeriesError` for a `resolves` item naming a file or hunk that its entry's patch does not have.
+
+    `patches` maps entry ids to their parsed content (a local entry's patch, a PR entry's diff once fetched); items
+    naming an entry absent from it are not checked here. A fix carrying a hunk that does not exist would carry
+    nothing, and the hunk it meant would go in with the entry unchanged or not at all.
+    """
     for entry in entries:
         for r in entry.resolves:
-            target = by_id[r.entry]
-            if target.patch is None:
+            patch = patches.get(r.entry)
+            if patch is None:
                 continue
-            counts = {f.path: len(f.hunks) for f in target.patch.files}
-            if r.path not in counts or r.hunk > counts[r.path]:
-                raise chk.error(
-                    f"resolves item '{r}' names a hunk that {r.entry!r}'s patch does not have",
+            counts = {f.path: len(f.hunks) for f in patch.files}
+            if r.path not in counts or not 1 <= r.hunk <= counts[r.path]:
+                what = "file" if r.path not in counts else "hunk"
+                raise SeriesError(
+                    f"resolves item '{r}' names a {what} that the patch of {r.entry!r} does not have",
+                    file=str(file) if file else None,
                     entry=entry.id,
                     key="resolves",
-                    hint=f"{r.entry}'s patch has hunks: " + ", ".join(f"{p}#1..{n}" for p, n in counts.items()),
+                    hint=f"{r.entry}'s patch has hunks: "
+                    + (", ".join(f"{p}#1..{n}" for p, n in counts.items()) or "none"),
                 )
