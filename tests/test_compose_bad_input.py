@@ -235,3 +235,14 @@ def test_validate_says_which_resolves_it_could_not_check(series_dir, upstream, c
     assert "resolves naming pr101 not checked: the diff is not in the cache" in capsys.readouterr().out
     assert main(["validate", "--series", str(series_dir)]) == 0
     assert "resolves checked against the cached diffs of pr101" in capsys.readouterr().out
+
+
+def test_a_crlf_patch_onto_lf_files_says_the_line_endings_differ(series_dir, upstream, capsys):  # noqa: F811
+    """A patch saved with CRLF line ends (an editor, a mail client) onto a release whose files end lines in LF."""
+    text = (series_dir / "patches" / "0001-farewell-suffix.patch").read_text()
+    (series_dir / "patches" / "0001-farewell-suffix.patch").write_bytes(text.replace("\n", "\r\n").encode())
+    assert compose(series_dir, upstream, "v1.0.0") == 3
+    err = capsys.readouterr().err
+    assert "entry 'fix-farewell', file 'pkg/mod.py', hunk 1: line endings differ: the patch's lines end in CRLF" in err
+    assert "hint: convert 0001-farewell-suffix.patch to LF line ends" in err
+    assert "compose-101-v1.0.0" not in git(upstream, "branch", "--list")

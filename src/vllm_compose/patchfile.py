@@ -46,6 +46,11 @@ def encode_text(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
+def ends_in_crlf(lines: list[str]) -> bool:
+    """Whether most of `lines` (text without the `\\n`, as `split_lines` gives) end in `\\r`: CRLF text."""
+    return sum(line.endswith("\r") for line in lines) * 2 > len(lines) > 0
+
+
 def split_lines(text: str) -> tuple[list[str], bool]:
     """Split file text into lines without their `\\n` (a `\\r` stays), and whether the last line ended with one."""
     if text == "":

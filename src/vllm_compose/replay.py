@@ -22,7 +22,8 @@ from packaging.version import Version
 
 from . import gitstore
 from .conflict import files_with_markers
-from .patchfile import FilePatch, Patch, decode_text, encode_text, split_lines
+from .errors import PatchFormatError
+from .patchfile import FilePatch, Patch, decode_text, encode_text, ends_in_crlf, split_lines
 from .placement import FilePlacement, Verdict, place_file, place_hunk
 from .results import EntryOutcome, EntryStatus, HunkOutcome, Method
 from .series import Entry, version_of_tag
@@ -83,6 +84,7 @@ def _place_entry(
         source_path = fp.old_path or fp.new_path
         current = changes[source_path] if source_path in changes else tree.read(source_path)
         text = decode_text(current) if current is not None else None
+        _refuse_crlf_onto_lf(entry, fp, text)
         # Hunks a later fix carries are not applied here, whatever the engine would do with them: the series
         # says the fix holds their form for this release. They are still placed, for the report's evidence.
         carrier = {h.index: carried.get((entry.id, fp.path, h.index)) for h in fp.hunks}
@@ -237,6 +239,29 @@ def commit_entry(
 def carried_hunks(entries: list[Entry]) -> dict[tuple[str, str, int], str]:
     """(entry, path, hunk) -> id of the later fix that carries it, from the `resolves` of the entries."""
     return {(r.entry, r.path, r.hunk): e.id for e in entries for r in e.resolves}
+
+
+def _refuse_crlf_onto_lf(entry: Entry, fp: FilePatch, text: str | None) -> None:
+    """A patch whose lines end in CRLF onto a file that ends them in LF (a patch saved by an editor or a mail
+    client) is refused as such: placed, its lines would not match, or go in with a stray `\\r` each.
+
+    The other way round (LF patch, CRLF file) is fine: the placement writes the file's line ends.
+    """
+    if text is None:
+        return
+    file_lines = split_lines(text)[0]
+    for h in fp.hunks:
+        if ends_in_crlf([t for _, t in h.lines]) and not ends_in_crlf(file_lines):
+            name = entry.file.name if entry.file else entry.id
+            raise PatchFormatError(
+                f"line endings differ: the patch's lines end in CRLF (\\r\\n), the release's {fp.path} ends them "
+                "in LF",
+                entry=entry.id,
+                file=fp.path,
+                hunk=h.index,
+                hint=f"convert {name} to LF line ends (e.g. `dos2unix {name}`, or export it again from git), "
+                "then compose again",
+            )
 
 
 def placed_only(patch: Patch, outcome: EntryOutcome) -> Patch:
