@@ -1,14 +1,9 @@
 #!/usr/bin/env python3
-"""Thin entry point: `vllm-compose rebase ...` (see README)."""
+"""Thin entry point: `vllm-compose rebase ...` (see README); runs under the project's .venv (scripts/_launch.py)."""
 
 import sys
-from pathlib import Path
 
-try:
-    from vllm_compose.cli import main
-except ImportError:  # run from a checkout without installing: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    from vllm_compose.cli import main
+from _launch import run
 
 if __name__ == "__main__":
-    sys.exit(main(["rebase", *sys.argv[1:]]))
+    sys.exit(run("rebase"))

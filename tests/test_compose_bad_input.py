@@ -246,3 +246,15 @@ def test_a_crlf_patch_onto_lf_files_says_the_line_endings_differ(series_dir, ups
     assert "entry 'fix-farewell', file 'pkg/mod.py', hunk 1: line endings differ: the patch's lines end in CRLF" in err
     assert "hint: convert 0001-farewell-suffix.patch to LF line ends" in err
     assert "compose-101-v1.0.0" not in git(upstream, "branch", "--list")
+
+
+def test_a_repo_path_with_a_typo_is_refused_unless_init(series_dir, upstream, capsys):  # noqa: F811
+    typo = upstream.parent / "vlm"
+    assert compose(series_dir, typo, "v1.0.0") == 3
+    err = capsys.readouterr().err
+    assert f"the repository folder '{typo}' does not exist" in err and "rebase --init" in err
+    assert not typo.exists()  # nothing created under the misspelt name
+    # --init creates it (the release is then looked up there: offline and empty, it is not found)
+    assert compose(series_dir, typo, "v1.0.0", "--init") == 3
+    assert (typo / ".git").is_dir()
+    assert "v1.0.0" in capsys.readouterr().err

@@ -29,8 +29,11 @@ def _commit_files(repo, files, parents=(), message="base"):
 # -- opening ---------------------------------------------------------------------------------------------------
 
 
-def test_missing_folder_becomes_a_repository(tmp_path):
-    repo = gitstore.open_or_init_repo(tmp_path / "vllm")
+def test_missing_folder_becomes_a_repository_only_when_asked(tmp_path):
+    with pytest.raises(RepositoryError, match="does not exist"):
+        gitstore.open_or_init_repo(tmp_path / "vllm", create=False)
+    assert not (tmp_path / "vllm").exists()
+    repo = gitstore.open_or_init_repo(tmp_path / "vllm", create=True)
     assert repo.is_empty and (tmp_path / "vllm" / ".git").is_dir()
 
 

@@ -8,10 +8,23 @@ once, printed as "error: <what, where>\\n  hint: <how to proceed>" and mapped to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from .errors import ComposeError, ExitCode
+
+#: what `vllm-compose --help` says the tool is
+DESCRIPTION = (
+    "Compose upstream vLLM PRs (#46994 MTP under pipeline parallelism, #38476 TRITON_MLA_SPARSE) and the series' "
+    "skew fixes onto a vLLM release as the git branch compose-<PRs>-<tag> of vllm/, placing every hunk where it "
+    "belongs and proving it (audit, checks); then build a wheel, an editable install or an image overlay from it."
+)
+EPILOG = (
+    "exit codes: 0 done; 1 stopped on a conflict (resume with --continue) / hunks not placed / audit found bad "
+    "hunks; 2 refused by the audit or the checks (nothing written); 3 bad input, configuration or network (the "
+    "message says what and how to proceed); 4 bad command line (usage). README.md has the details."
+)
 
 #: where things are when the user names nothing (relative to the current directory)
 DEFAULTS = {
@@ -20,14 +33,40 @@ DEFAULTS = {
 }
 
 
+class UsageError(Exception):
+    """A command line argparse cannot make sense of; `main` prints it with the usage and returns `ExitCode.USAGE`."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is raised (exit code 4, not argparse's 2: the README gives 2 to "refused")."""
+
+    def error(self, message: str):
+        raise UsageError(self, message)
+
+
+def _tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm-compose")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed: pip install -e .)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vllm-compose", description=__doc__.splitlines()[0])
+    p = _Parser(prog="vllm-compose", description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_tool_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("rebase", help="replay the series onto a vLLM release tag into a compose branch")
     r.add_argument("--onto", metavar="TAG", help="release tag, e.g. v0.26.0 (imported from PyPI when needed)")
     r.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
     r.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
+    r.add_argument("--init", action="store_true", help="create the --repo folder and a repository in it if missing")
     r.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
     r.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR (offline use)")
     r.add_argument("--cache", type=Path, metavar="DIR", help="cache folder (default: $VLLM_COMPOSE_CACHE or XDG)")
@@ -59,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
         "--no-import-smoke",
         action="store_true",
         help="skip importing the changed modules (it runs only where the vLLM runtime is importable)",
+    )
+    r.add_argument(
+        "--no-checkout",
+        action="store_true",
+        help="leave the repository's worktree as it is (default: check the new branch out when it is clean or empty)",
     )
     r.add_argument("--quiet", "-q", action="store_true", help="no progress display")
 
@@ -94,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--onto", action="append", required=True, metavar="TAG", help="repeat for each release")
     st.add_argument("--series", default=DEFAULTS["series"], type=Path)
     st.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
+    st.add_argument("--init", action="store_true", help="create the --repo folder and a repository in it if missing")
     st.add_argument("--sources", type=Path, metavar="DIR")
     st.add_argument("--cache", type=Path, metavar="DIR")
     st.add_argument("--offline", action="store_true")
@@ -206,7 +251,12 @@ def _artifact_parsers(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console command and the scripts; returns the exit code."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except UsageError as exc:
+        exc.parser.print_usage(sys.stderr)
+        print(f"{exc.parser.prog}: error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     try:
         handler = {
             "rebase": _rebase,
@@ -243,7 +293,7 @@ def _cache(args):
 
 
 def _rebase(args) -> int:
-    from . import compose
+    from . import checkout, compose
     from .report import render_compose, write_json
 
     if args.abort:
@@ -261,17 +311,35 @@ def _rebase(args) -> int:
         force=args.force,
         run_checks=not args.no_checks,
         import_smoke=not args.no_import_smoke,
+        init=args.init,
     )
-    with _progress(args.quiet) as progress:
+    branch = _branch_to_release(args)
+    with _progress(args.quiet) as progress, checkout.released(args.repo, branch) if branch else _nothing() as before:
         composer = compose.Composer(args.series, args.repo, _cache(args), options, progress)
         if args.resume:
             result = compose.resume(args.series, args.repo, composer, args.message)
         else:
             result = composer.run(args.onto)
     print(render_compose(result), end="")
+    if result.status == "composed" and not args.no_checkout:
+        print(checkout.check_out_compose(args.repo, result.branch, before).message)
     if args.json:
         write_json(args.json, result.to_json())
     return result.exit_code
+
+
+def _branch_to_release(args) -> str | None:
+    """The compose branch `rebase --onto` rewrites, when checking it out afterwards is wanted (`checkout.released`)."""
+    from .series import load_series
+
+    if args.no_checkout or args.resume or not args.repo.is_dir():
+        return None
+    return load_series(args.series).branch_name(args.onto)
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield None
 
 
 def _load_patches(args):
@@ -328,7 +396,7 @@ def _tree(spec: str, repo_dir: Path | None):
         return DirTree(spec)
     from . import gitstore
 
-    repo = gitstore.open_or_init_repo(repo_dir)
+    repo = gitstore.open_or_init_repo(repo_dir, create=False)
     return GitTree.from_revision(repo, spec)
 
 
@@ -478,7 +546,7 @@ def _status(args) -> int:
     from .validation.gpu_evidence import collect_gpu_evidence
 
     cache = _cache(args)
-    options = compose.ComposeOptions(offline=args.offline, keep_state=False)
+    options = compose.ComposeOptions(offline=args.offline, keep_state=False, init=args.init)
     gpu = collect_gpu_evidence(args.gpu_results)
     unavailable = None if args.no_ampere_gate else ampere_gate.gate_unavailable()
     rows = []
@@ -537,7 +605,7 @@ def _series_diff(args) -> int:
     from .series_diff import series_diff
 
     series = load_series(args.series)
-    repo = gitstore.open_or_init_repo(args.repo)
+    repo = gitstore.open_or_init_repo(args.repo, create=False)
     d = series_diff(repo, (series.branch_name(args.old), args.old), (series.branch_name(args.new), args.new))
     print(render_series_diff(d, show_interdiff=not args.no_interdiff), end="")
     if args.json:
@@ -556,7 +624,9 @@ def _audit_series(args) -> int:
     worst = ExitCode.OK
     for tag in args.onto:
         with tempfile.TemporaryDirectory(prefix="vllm-compose-audit-") as tmp:
-            options = compose.ComposeOptions(offline=args.offline, import_smoke=False, worktree=Path(tmp) / "conflict")
+            options = compose.ComposeOptions(
+                offline=args.offline, import_smoke=False, worktree=Path(tmp) / "conflict", init=True
+            )
             result = compose.Composer(args.series, Path(tmp) / "repo", _cache(args), options).run(tag)
         print(render_compose(result), end="")
         worst = max(worst, result.exit_code)

@@ -76,6 +76,8 @@ class ComposeOptions:
     #: on a conflict, keep resumable state and write the worktree (off for survey runs such as the status table)
     keep_state: bool = True
     import_smoke: bool = True
+    #: create the repository folder when it does not exist (`--init`); an empty folder is initialized anyway
+    init: bool = False
 
 
 @dataclass
@@ -167,7 +169,7 @@ class Composer:
                 tag=tag,
                 hint="choose a release the series covers (docs/status.md), or widen an entry's `tags`",
             )
-        repo = self.repo = gitstore.open_or_init_repo(self.repo_dir)
+        repo = self.repo = gitstore.open_or_init_repo(self.repo_dir, create=self.options.init)
         state = gitstore.read_state_ref(repo)
         if state is not None:
             raise RepositoryError(
@@ -372,7 +374,7 @@ class Composer:
 # ---------------------------------------------------------------------------------------------------- resume
 def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | None = None) -> ComposeResult:
     """Record the person's resolution in the worktree as a new local skew-fix entry, then compose again."""
-    repo = gitstore.open_or_init_repo(repo_dir)
+    repo = gitstore.open_or_init_repo(repo_dir, create=False)
     doc = gitstore.read_state_ref(repo)
     if doc is None:
         raise RepositoryError("no compose is waiting for a resolution", hint="run a compose first")
@@ -411,7 +413,7 @@ def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | 
 
 def abort(repo_dir: Path) -> str:
     """Drop the state of a stopped compose. A worktree the user edited is kept (and said so)."""
-    repo = gitstore.open_or_init_repo(repo_dir)
+    repo = gitstore.open_or_init_repo(repo_dir, create=False)
     doc = gitstore.read_state_ref(repo)
     if doc is None:
         raise RepositoryError("no compose is in progress", hint="nothing to abort")

@@ -20,6 +20,8 @@ class ExitCode(enum.IntEnum):
     REFUSED = 2
     #: bad input, configuration or network
     BAD_INPUT = 3
+    #: the command line itself: an unknown command or option, a missing or malformed argument
+    USAGE = 4
 
 
 @dataclass

@@ -41,12 +41,14 @@ LINK_MODE = int(FileMode.LINK)
 # Opening a repository
 
 
-def open_or_init_repo(path: str | os.PathLike) -> pygit2.Repository:
-    """Open the git repository at `path`, or create one there when the folder is missing or empty.
+def open_or_init_repo(path: str | os.PathLike, create: bool = True) -> pygit2.Repository:
+    """Open the git repository at `path`, or create one there when the folder is empty or (with `create`) missing.
 
     An uninitialized git submodule is an empty folder, so `vllm/` works whether or not `git submodule update
-    --init` ran. A folder that holds files but is not itself a repository is refused: it is never searched upwards
-    (that would silently pick the enclosing project repository) and never initialized over (it may be someone's work).
+    --init` ran. The commands pass `create=False` unless asked (`rebase --init`): a typo in `--repo` must not become
+    a new repository holding a compose nobody finds, and a command that only reads never creates one. A folder that holds files but is not itself a
+    repository is refused: it is never searched upwards (that would silently pick the enclosing project repository)
+    and never initialized over (it may be someone's work).
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -54,6 +56,15 @@ def open_or_init_repo(path: str | os.PathLike) -> pygit2.Repository:
             f"{str(path)!r} is a file, not a git repository",
             file=str(path),
             hint="pass --repo DIR naming a vLLM git checkout (or a missing/empty folder to create one)",
+        )
+    if not path.exists() and not create:
+        parent = path.resolve().parent
+        raise RepositoryError(
+            f"the repository folder {str(path)!r} does not exist"
+            + ("" if parent.is_dir() else f" (nor does {str(parent)!r})"),
+            file=str(path),
+            hint="check the path given to --repo; to create a new repository there, compose with "
+            f"`vllm-compose rebase --init --repo {path} ...`",
         )
     if not path.exists() or not any(path.iterdir()):
         path.mkdir(parents=True, exist_ok=True)
@@ -307,6 +318,20 @@ def run_git(repo: pygit2.Repository, *args: str, timeout: float | None = None) -
         raise RepositoryError(
             "the git command is not installed", hint="install git (it is needed for ref updates and fetches)"
         ) from exc
+    return subprocess.CompletedProcess(args, status, out, err)
+
+
+def run_git_in_worktree(repo: pygit2.Repository, *args: str) -> subprocess.CompletedProcess:
+    """Run a porcelain git command (checkout) in `repo`'s worktree, never prompting; returns status and output.
+
+    The one place the tool changes a worktree: `checkout.check_out_compose`, after a compose, when it is clean."""
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
+    try:
+        status, out, err = git.Git(repo.workdir).execute(
+            ["git", *args], with_extended_output=True, with_exceptions=False, env=env
+        )
+    except git.GitCommandNotFound as exc:
+        raise RepositoryError("the git command is not installed", hint="install git") from exc
     return subprocess.CompletedProcess(args, status, out, err)
 
 

@@ -58,30 +58,63 @@ def _counts(hunks) -> str:
     return ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "-"
 
 
+def _finding_key(f) -> tuple:
+    return (f.check, f.file, f.name, f.message)
+
+
+def _entry_check_lines(e, final_errors: set[tuple] | None, indent: str) -> list[str]:
+    """The failing per-entry checks of `e`. An error a later entry cures (a fix defining a name the PR uses) is said
+    to be gone from the composed tree, so a successful compose does not read as if it had failed a check."""
+    out = []
+    for c in e.checks.results if e.checks else []:
+        if c.status != "fail":
+            continue
+        errors = [f for f in c.findings if f.severity == "error"]
+        left = errors if final_errors is None else [f for f in errors if _finding_key(f) in final_errors]
+        if final_errors is not None and not left:
+            out.append(
+                f"{indent}check {c.name} after this entry: {len(errors)} error(s), none left in the composed "
+                "tree (a later entry of the series cures them)"
+            )
+            continue
+        out.append(f"{indent}check {c.name} after this entry: {len(errors)} error(s)")
+        for f in errors[:5]:
+            cured = "" if f in left else "  (cured by a later entry)"
+            out.append(f"{indent}  {f.file}:{f.line}: {f.message}{cured}")
+    return out
+
+
+def _hunk_line(eid: str, h) -> str:
+    """One notable hunk: where it landed, or which later fix carries it instead (then this entry leaves it out)."""
+    scope = f" in {h.scope}" if h.scope else ""
+    if h.resolved_by:
+        if h.landing_line:
+            alone = f"alone it would place as {h.verdict} at line {h.landing_line}{scope}"
+        else:
+            alone = f"alone it does not place on this release: {h.verdict}"
+        return f"  {eid}: {h.file} hunk {h.hunk}: carried by {h.resolved_by}, not applied by {eid} ({alone})"
+    where = f"at line {h.landing_line}{scope}" if h.landing_line else "(not placed)"
+    return f"  {eid}: {h.file} hunk {h.hunk}: {h.verdict} {where}"
+
+
 def render_compose(result) -> str:
     """The compose report: one line per entry with its status and hunks by verdict, then notable hunks."""
     out = [f"compose {result.branch}  (onto {result.tag}, base {(result.base or '?')[:12]})", ""]
     width = max([len(e.id) for e in result.entries] + [5])
     out.append(f"  {'entry'.ljust(width)}  {'status':<17} hunks")
+    final_errors = None
+    if result.final_checks and result.final_checks.results:
+        final_errors = {_finding_key(f) for f in result.final_checks.findings if f.severity == "error"}
     for e in result.entries:
         out.append(f"  {e.id.ljust(width)}  {e.status:<17} {_counts(e.hunks)}")
         if e.reason and e.status != "applied":
             out.append(f"  {''.ljust(width)}  {'':<17} {e.reason}")
-        if e.checks:
-            for c in e.checks.results:
-                if c.status == "fail":
-                    errors = [f for f in c.findings if f.severity == "error"]
-                    out.append(f"  {''.ljust(width)}  check {c.name} after this entry: {len(errors)} error(s)")
-                    for f in errors[:5]:
-                        out.append(f"  {''.ljust(width)}    {f.file}:{f.line}: {f.message}")
+        out += _entry_check_lines(e, final_errors, f"  {''.ljust(width)}  ")
     notable = [(e.id, h) for e in result.entries for h in e.hunks if h.verdict not in ("exact", "offset")]
     if notable:
         out += ["", "hunks that needed more than an offset:"]
         for eid, h in notable:
-            where = f"line {h.landing_line}" if h.landing_line else "not placed"
-            extra = f" (carried by {h.resolved_by})" if h.resolved_by else ""
-            scope = f" in {h.scope}" if h.scope else ""
-            out.append(f"  {eid}: {h.file} hunk {h.hunk}: {h.verdict}{extra} at {where}{scope}")
+            out.append(_hunk_line(eid, h))
             if h.verdict == "conflict" and h.evidence and not h.resolved_by:
                 out += [f"      {line}" for line in h.evidence.splitlines()[:6]]
     out.append("")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import SourceError
 from .patchfile import Patch, parse_patch
 from .series import Series, check_resolves, load_series
-from .errors import SourceError
 from .sources import Cache, fetch_entry_patch
 
 

@@ -97,7 +97,7 @@ def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None =
     version_of_tag(tag)
     if branch is None:
         branch = load_series(series_dir).branch_name(tag)
-    repo = gitstore.open_or_init_repo(repo_dir)
+    repo = gitstore.open_or_init_repo(repo_dir, create=False)
     base = gitstore.peel_commit(repo, f"refs/tags/{tag}")
     if base is None:
         raise RepositoryError(

@@ -86,7 +86,8 @@ def editable_install(
         raise ComposeError(
             f"the stock wheel {stock_wheel} does not exist",
             file=str(stock_wheel),
-            hint="fetch it first (fetch_stock_wheel / `vllm-compose wheel --fetch`)",
+            hint="check the path given to --stock-wheel, or leave --stock-wheel out: `vllm-compose editable --onto "
+            "TAG` fetches the release's stock wheel into the cache (sha256 from the index)",
         )
     _dist, stock_version, _tags = split_wheel_name(stock_wheel)
     tree_version = tree_release(DirTree(source_dir))

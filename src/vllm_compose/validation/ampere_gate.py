@@ -150,7 +150,7 @@ def export_revision(repo_dir: Path, rev: str, dest: Path) -> Path:
     from .. import gitstore
     from ..trees import GitTree
 
-    return export_tree(GitTree.from_revision(gitstore.open_or_init_repo(repo_dir), rev), dest)
+    return export_tree(GitTree.from_revision(gitstore.open_or_init_repo(repo_dir, create=False), rev), dest)
 
 
 def export_tree(tree, dest: Path) -> Path:
