@@ -11,7 +11,9 @@
 5. audit      — re-derive, from each entry commit and its parent, where every hunk landed, and compare with where
                 the engine says it belongs (`audit`).
 6. checks     — the composed tree against the release: what must be clean is the whole, not each step.
-7. publish    — only when every entry composed and the audit and checks are clean: move the branch ref with a
+7. build setup — the branch's last commit, not an entry: `pip install -e` builds over the release's precompiled
+                stock wheel (`artifacts.precompiled`).
+8. publish    — only when every entry composed and the audit and checks are clean: move the branch ref with a
                 compare-and-swap. A failed or interrupted run leaves no half-written branch.
 
 A conflict stops the run at that entry: the state (`results.RunState`, versioned JSON under `refs/vllm-compose/state`)
@@ -78,6 +80,8 @@ class ComposeOptions:
     import_smoke: bool = True
     #: create the repository folder when it does not exist (`--init`); an empty folder is initialized anyway
     init: bool = False
+    #: end the branch with the commit that makes `pip install -e` take the precompiled stock wheel
+    build_setup: bool = True
 
 
 @dataclass
@@ -144,6 +148,7 @@ class Composer:
         refusals += self._check_composed_tree()
         if refusals:
             return self._refuse(refusals)
+        self._build_setup()
         self._publish()
         return self._composed()
 
@@ -301,6 +306,21 @@ class Composer:
         result.status = ComposeStatus.REFUSED
         result.message = " | ".join(refusals) + f" — branch {result.branch} was not written"
         return result
+
+    def _build_setup(self) -> None:
+        """End the branch with the commit that makes `pip install -e` build over the release's precompiled stock
+        wheel (`artifacts.precompiled`): after the audited and checked entries, and not one of them."""
+        if not self.options.build_setup:
+            return
+        from .artifacts.branch import compose_label
+        from .artifacts.precompiled import build_commit
+
+        label = compose_label(self.repo, self.base, self.head, self.result.branch, self.tag)
+        setup = build_commit(self.repo, self.series_dir, self.head, self.tag, label, self.base.committer.time)
+        self.result.build_setup = setup
+        if setup.commit is not None:
+            self.head = self.repo[pygit2.Oid(hex=setup.commit)]
+            self.result.head = setup.commit
 
     def _publish(self) -> None:
         """Move the branch to the last entry commit, by compare-and-swap; refuse to replace someone's own work."""

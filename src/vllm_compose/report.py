@@ -133,6 +133,8 @@ def render_compose(result) -> str:
     out.append(f"{verdict}: {result.message}")
     if result.status == "composed":
         out.append(f"branch {result.branch} -> {(result.head or '')[:12]}")
+        if result.build_setup is not None:
+            out.append(("build: " if result.build_setup.commit else "") + result.build_setup.message)
     return "\n".join(out) + "\n"
 
 

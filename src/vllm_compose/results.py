@@ -170,6 +170,22 @@ class EntryOutcome:
 
 
 @dataclass
+class BuildSetup:
+    """The build-setup commit a compose ends its branch with (`artifacts.precompiled`), or why there is none."""
+
+    #: the commit id; None when the release got no build setup (then `message` says why)
+    commit: str | None
+    message: str
+    #: the version `pip install -e` gives the tree
+    version: str | None = None
+    #: architecture -> the pinned stock wheel (filename, size, sha256, url)
+    wheels: dict | None = None
+
+    def to_json(self) -> dict:
+        return {"commit": self.commit, "message": self.message, "version": self.version, "wheels": self.wheels}
+
+
+@dataclass
 class ComposeResult:
     """The outcome of a compose run; `exit_code` follows the documented contract."""
 
@@ -184,6 +200,8 @@ class ComposeResult:
     accepted_failures: list[str] = field(default_factory=list)
     #: the checks of the whole composed tree against the release (what decides a refusal)
     final_checks: CheckReport | None = None
+    #: the branch's last commit, after the entries: `pip install -e` over the precompiled stock wheel
+    build_setup: BuildSetup | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -204,6 +222,7 @@ class ComposeResult:
             "worktree": self.worktree,
             "accepted_failures": self.accepted_failures,
             "final_checks": self.final_checks.to_json() if self.final_checks is not None else None,
+            "build_setup": self.build_setup.to_json() if self.build_setup is not None else None,
             "entries": [e.to_json() for e in self.entries],
         }
 

@@ -66,6 +66,8 @@ def entry_commits(repo: pygit2.Repository, branch: str, base: str) -> list[tuple
         raise RepositoryError(f"{exc.args[0] if exc.args else exc} not found", hint="compose both tags first") from None
     out = []
     commit = tip
+    if trailers.BUILD_SETUP in commit.message and commit.parents:  # the build setup (artifacts.precompiled): no entry
+        commit = commit.parents[0]
     while commit.id != stop.id:
         m = trailers.ENTRY.search(commit.message)
         if not m:

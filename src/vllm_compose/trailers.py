@@ -15,3 +15,5 @@ COMPOSED_BY = "Composed-By: vllm-compose"
 ENTRY = re.compile(r"^Series-Entry:\s*(\S+)\s*$", re.M)
 #: `Upstream-PR: <url or number>`: the upstream PR an entry carries (group 1: its number)
 UPSTREAM_PR = re.compile(r"^Upstream-PR:\s*(?:.*/)?(\d+)\s*$", re.M)
+#: the last commit of a compose branch, written after the entries (`artifacts.precompiled`): not an entry
+BUILD_SETUP = "Build-Setup: precompiled-stock-wheel"

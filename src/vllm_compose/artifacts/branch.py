@@ -36,6 +36,7 @@ from ..trailers import COMPOSED_BY
 from ..trailers import ENTRY as ENTRY_TRAILER
 from ..trailers import UPSTREAM_PR as PR_TRAILER
 from ..trees import FileTree, GitTree
+from .precompiled import is_build_commit
 from .wheel import PACKAGE_DIR
 
 #: commits walked from the branch tip back to the release before giving up (a series has tens of entries)
@@ -50,13 +51,19 @@ class ComposedBranch:
     tag: str
     branch: str
     base: pygit2.Commit
+    #: the series' last commit: the branch tip, or the parent of its build-setup commit (`tip`)
     head: pygit2.Commit
-    #: source-tree paths that differ between release and tip, deleted ones included
+    #: source-tree paths that differ between release and `head`, deleted ones included
     changed: list[str]
     #: series entry ids of the branch's commits, oldest first
     entries: list[str] = field(default_factory=list)
     #: upstream PR numbers of those entries, in order
     prs: list[int] = field(default_factory=list)
+    #: the branch ref's commit: `head`, or the build-setup commit on top of it (`artifacts.precompiled`)
+    tip: pygit2.Commit | None = None
+
+    def __post_init__(self) -> None:
+        self.tip = self.tip or self.head
 
     @property
     def version(self) -> str:
@@ -80,6 +87,7 @@ class ComposedBranch:
             "branch": self.branch,
             "base": str(self.base.id),
             "head": str(self.head.id),
+            "tip": str(self.tip.id),
             "tree": str(self.head.tree.id),
             "label": self.label,
             "entries": self.entries,
@@ -113,6 +121,17 @@ def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None =
             hint=f"compose first: vllm-compose rebase --onto {tag} --repo {repo_dir} (a refused or stopped compose "
             "writes no branch)",
         )
+    tip = head
+    if is_build_commit(head) and head.parents:  # the build setup is not an entry: the series' tip is its parent
+        head = head.parents[0]
+    entries, prs = _walk(head, base, branch, tag)
+    changed = gitstore.changed_paths(repo, base.tree, head.tree)
+    return ComposedBranch(repo, tag, branch, base, head, changed, entries, prs, tip)
+
+
+def _walk(head: pygit2.Commit, base: pygit2.Commit, branch: str, tag: str) -> tuple[list[str], list[int]]:
+    """The entry ids and PR numbers of the commits from `base` (exclusive) to `head`, oldest first; refuses a
+    commit the compose did not write and a `head` that does not descend from `base`."""
     entries: list[str] = []
     prs: list[int] = []
     commit = head
@@ -140,10 +159,13 @@ def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None =
             tag=tag,
             hint=f"compose again: vllm-compose rebase --onto {tag}",
         )
-    entries.reverse()
-    prs.reverse()
-    changed = gitstore.changed_paths(repo, base.tree, head.tree)
-    return ComposedBranch(repo, tag, branch, base, head, changed, entries, prs)
+    return entries[::-1], prs[::-1]
+
+
+def compose_label(repo: pygit2.Repository, base: pygit2.Commit, head: pygit2.Commit, branch: str, tag: str) -> str:
+    """The version label of the series' commits `base..head` (what `ComposedBranch.label` says once it is written)."""
+    _entries, prs = _walk(head, base, branch, tag)
+    return local_label(prs, overlay_digest(GitTree(repo, head.tree), gitstore.changed_paths(repo, base.tree, head.tree)))
 
 
 def overlay_digest(composed: FileTree, changed: list[str]) -> str:
@@ -203,7 +225,7 @@ def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:
     the precompiled build writes `.so` files and `vllm/_version.py` there.
     """
     repo = branch.repo
-    if repo.is_bare or repo.head_is_unborn or repo.head.peel(pygit2.Commit).tree.id != branch.head.tree.id:
+    if repo.is_bare or repo.head_is_unborn or repo.head.peel(pygit2.Commit).tree.id != branch.tip.tree.id:
         raise RepositoryError(
             f"{worktree} does not have {branch.branch} checked out",
             tag=branch.tag,
