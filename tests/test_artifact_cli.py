@@ -238,9 +238,12 @@ def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
         str(composed["stock"]),
         "--no-ampere-gate",
     ]
+    assert main(base) == 0  # the compose checked its branch out
+    capsys.readouterr()
+    toy.git(repo, "checkout", "-q", "--detach", toy.TAG)
     assert main(base) == 3  # the release is checked out, not the compose
-    assert "checkout --detach compose-101-v0.26.0" in capsys.readouterr().err
-    toy.git(repo, "checkout", "-q", "--detach", "compose-101-v0.26.0")
+    assert f"git -C {repo} checkout compose-101-v0.26.0" in capsys.readouterr().err
+    toy.git(repo, "checkout", "-q", "compose-101-v0.26.0")
     assert main(base) == 0
     line = capsys.readouterr().out
     assert "VLLM_USE_PRECOMPILED=1" in line and f"VLLM_PRECOMPILED_WHEEL_LOCATION={composed['stock']}" in line

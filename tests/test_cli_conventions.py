@@ -143,8 +143,8 @@ def test_a_successful_compose_report_reads_as_a_success():
     text = render_compose(composed_result([]))
     assert "not placed" not in text and "at not" not in text
     assert (
-        "pr38476: vllm/platforms/cuda.py hunk 1: carried by fix-priority, not applied by pr38476 (on its own it "
-        "would be conflict nowhere)" in text
+        "pr38476: vllm/platforms/cuda.py hunk 1: carried by fix-priority, not applied by pr38476 (alone it does not "
+        "place on this release: conflict)" in text
     )
     assert "pr38476: vllm/x.py hunk 3: merged at line 120 in def f [function]" in text
     assert (
@@ -171,3 +171,24 @@ def test_the_default_conflict_worktree_is_ignored_by_the_project(tmp_path):
         text=True,
     )
     assert probe.returncode == 0, probe.stderr
+
+
+def test_the_parent_repository_does_not_report_the_checked_out_compose(tmp_path):
+    """With this repository's .gitmodules, a new commit checked out in vllm/ is not `M vllm` in `git status`."""
+
+    def git(cwd, *args):
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+    parent = tmp_path / "parent"
+    sub = parent / "vllm"
+    sub.mkdir(parents=True)
+    git(parent, "init", "-q")
+    git(sub, "init", "-q")
+    git(sub, "commit", "-q", "--allow-empty", "-m", "upstream")
+    shutil.copy(ROOT / ".gitmodules", parent / ".gitmodules")
+    git(parent, "add", ".gitmodules")
+    git(parent, "update-index", "--add", "--cacheinfo", f"160000,{git(sub, 'rev-parse', 'HEAD').strip()},vllm")
+    git(parent, "commit", "-q", "-m", "project")
+    git(sub, "commit", "-q", "--allow-empty", "-m", "a compose commit")
+    assert git(parent, "status", "--porcelain") == ""
+    assert git(parent, "status", "--porcelain", "--ignore-submodules=none").strip() == "M vllm"  # it is there

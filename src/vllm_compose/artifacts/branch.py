@@ -229,7 +229,7 @@ def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:
         raise RepositoryError(
             f"{worktree} does not have {branch.branch} checked out",
             tag=branch.tag,
-            hint=f"git -C {worktree} checkout --detach {branch.branch}",
+            hint=f"git -C {worktree} checkout {branch.branch}",
         )
     if gitstore.is_dirty(repo):
         raise RepositoryError(
