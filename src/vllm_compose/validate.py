@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cache import Cache
 from .errors import SourceError
 from .patchfile import Patch, parse_patch
 from .series import Series, check_resolves, load_series
-from .sources import Cache, fetch_entry_patch
+from .sources import fetch_entry_patch
 
 
 @dataclass

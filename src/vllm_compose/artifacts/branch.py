@@ -165,7 +165,9 @@ def _walk(head: pygit2.Commit, base: pygit2.Commit, branch: str, tag: str) -> tu
 def compose_label(repo: pygit2.Repository, base: pygit2.Commit, head: pygit2.Commit, branch: str, tag: str) -> str:
     """The version label of the series' commits `base..head` (what `ComposedBranch.label` says once it is written)."""
     _entries, prs = _walk(head, base, branch, tag)
-    return local_label(prs, overlay_digest(GitTree(repo, head.tree), gitstore.changed_paths(repo, base.tree, head.tree)))
+    return local_label(
+        prs, overlay_digest(GitTree(repo, head.tree), gitstore.changed_paths(repo, base.tree, head.tree))
+    )
 
 
 def overlay_digest(composed: FileTree, changed: list[str]) -> str:
