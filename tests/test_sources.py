@@ -11,7 +11,9 @@ import io
 import json
 import os
 import subprocess
+import sys
 import tarfile
+import textwrap
 
 import pygit2
 import pytest
@@ -562,3 +564,74 @@ def test_real_vllm_0_26_0_sdist_import(tmp_path, real_cache):
     assert "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py" in commit.tree
     if not known:
         assert real_cache.lookup_name(name)[0] == info.sha256
+
+
+def _header_offsets(tar_bytes: bytes) -> list[int]:
+    """The byte offsets of the member headers of an uncompressed tar."""
+    offsets = []
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+        for member in tar:
+            offsets.append(member.offset)
+    return offsets
+
+
+def _regzip(tar_bytes: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(tar_bytes, mtime=0)
+
+
+def test_a_corrupt_second_header_is_refused_not_imported_as_a_one_file_release(tmp_path, cache, fake_http):
+    import gzip
+
+    raw = bytearray(gzip.decompress(make_sdist()))
+    second = _header_offsets(bytes(raw))[1]
+    raw[second + 148 : second + 156] = b"0000000\0"  # a wrong checksum in the second header
+    serve_release(fake_http, _regzip(bytes(raw)))
+    repo = gitstore.open_or_init_repo(tmp_path / "r")
+    with pytest.raises(SourceError) as exc:
+        releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+    assert f"corrupt tar header at byte {second}" in exc.value.message and "was not imported" in exc.value.message
+    assert list(repo.references) == []
+
+
+def test_an_archive_cut_between_members_is_refused(tmp_path, cache, fake_http):
+    """Cut at a header boundary and gzipped whole again: every block reads, but the archive's end is missing."""
+    import gzip
+
+    raw = gzip.decompress(make_sdist())
+    cut = _header_offsets(raw)[3]
+    serve_release(fake_http, _regzip(raw[:cut]))
+    repo = gitstore.open_or_init_repo(tmp_path / "r")
+    with pytest.raises(SourceError, match="without its end-of-archive blocks"):
+        releases.ensure_release(repo, "v1.2.0", cache, index_url=INDEX)
+    assert list(repo.references) == []
+
+
+def test_a_large_member_streams_into_its_blob_with_flat_memory(tmp_path):
+    """A 512 MiB member (zeros: the sdist is small) is imported with a peak RSS growth far below its size."""
+    size = 512 << 20
+    sdist = tmp_path / "vllm-1.2.0.tar.gz"
+    with tarfile.open(sdist, mode="w:gz", compresslevel=1) as tar:
+        info = tarfile.TarInfo("vllm-1.2.0/vllm/big.bin")
+        info.size = size
+        with open("/dev/zero", "rb") as zeros:
+            tar.addfile(info, zeros)
+        _member(tar, "vllm-1.2.0/vllm/__init__.py", b"")
+    probe = textwrap.dedent(
+        f"""\
+        import resource, pygit2
+        from vllm_compose import releases
+        repo = pygit2.init_repository({str(tmp_path / "r")!r}, bare=True)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        commit = releases.import_sdist(repo, "v1.2.0", {str(sdist)!r})
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        blob = repo[commit.tree["vllm/big.bin"].id]
+        print(after - before, blob.size)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    growth_kib, blob_size = map(int, done.stdout.split())
+    assert blob_size == size
+    assert growth_kib < 64 * 1024, f"peak RSS grew by {growth_kib} KiB for a {size >> 20} MiB member"

@@ -14,7 +14,9 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,56 @@ _CHUNK = 1 << 16
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
+
+
+#: an unfinished write's temporary file untouched this long is stale whoever wrote it (a live download writes every
+#: few seconds and gives up after `index.NETWORK_TIMEOUT` without data)
+STALE_AFTER_S = 3600
+#: temporary files are `.incoming-<pid>@<host>~<random>`, so a later run can tell a write that will never finish
+INCOMING = ".incoming-"
+_INCOMING_NAME = re.compile(r"^\.incoming-(\d+)@(.*?)~")
+
+
+def incoming_prefix() -> str:
+    """The prefix of this process's temporary cache files (`sweep_incoming` reads the pid and host back)."""
+    return f"{INCOMING}{os.getpid()}@{socket.gethostname()}~"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def sweep_incoming(folder: Path, now: float | None = None) -> list[Path]:
+    """Remove the temporary files of cache writes that will never finish; returns what was removed.
+
+    A download killed hard (SIGKILL, a power cut) cannot remove its own `.incoming-*` file. Such a file is stale
+    when the process named in it is gone (same host), or, whoever wrote it, when it has not changed for
+    `STALE_AFTER_S`. A write in progress elsewhere is left alone.
+    """
+    removed = []
+    now = time.time() if now is None else now
+    host = socket.gethostname()
+    with contextlib.suppress(FileNotFoundError):
+        for path in folder.iterdir():
+            if not path.name.startswith(INCOMING):
+                continue
+            m = _INCOMING_NAME.match(path.name)
+            try:
+                idle = now - path.stat().st_mtime
+            except FileNotFoundError:  # its writer just finished or discarded it
+                continue
+            dead = m is not None and m.group(2) == host and not _pid_alive(int(m.group(1)))
+            if dead or idle > STALE_AFTER_S:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                removed.append(path)
+    return removed
 
 
 def default_cache_root() -> Path:
@@ -62,8 +114,19 @@ class Cache:
     #: hex -> note about a corrupt file this process removed
     corrupt: dict[str, str] = field(default_factory=dict)
 
+    #: the folders whose stale temporary files this instance removed (`swept`), once, before its first use
+    _swept: bool = field(default=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         self.root = Path(self.root)
+
+    def sweep(self) -> list[Path]:
+        """Remove stale `.incoming-*` files (`sweep_incoming`) from the blob, name and wheel folders; once per
+        instance, before the first read or write, so a run after a killed download leaves none behind."""
+        if self._swept:
+            return []
+        self._swept = True
+        return [p for d in (self.blob_dir, self.root / "names", self.root / "wheels") for p in sweep_incoming(d)]
 
     @property
     def blob_dir(self) -> Path:
@@ -77,6 +140,7 @@ class Cache:
 
     def get_path(self, sha256: str) -> Path | None:
         """The path of the verified blob, or None when it is absent or was corrupt (then it is removed)."""
+        self.sweep()
         path = self.blob_path(sha256)
         if not path.is_file():
             return None
@@ -100,8 +164,9 @@ class Cache:
 
     def _tempfile(self) -> tuple[int, Path]:
         try:
+            self.sweep()
             self.blob_dir.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=self.blob_dir, prefix=".incoming-")
+            fd, name = tempfile.mkstemp(dir=self.blob_dir, prefix=incoming_prefix())
         except OSError as exc:
             raise SourceError(
                 f"cannot write into the cache folder {self.blob_dir}: {exc.strerror or exc}",
@@ -232,7 +297,7 @@ class Cache:
         with contextlib.suppress(OSError):
             if os.path.samefile(view, blob):
                 return view
-        tmp = view.with_name(f".incoming-{os.getpid()}-{view.name}")
+        tmp = view.with_name(f"{incoming_prefix()}{view.name}")
         try:
             view.parent.mkdir(parents=True, exist_ok=True)
             tmp.unlink(missing_ok=True)

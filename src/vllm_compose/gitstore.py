@@ -10,6 +10,7 @@ Signature times come from `SOURCE_DATE_EPOCH` when it is set, so that builds and
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -109,6 +110,11 @@ def signature(name: str, email: str, when: int | None = None) -> pygit2.Signatur
 def write_blob(repo: pygit2.Repository, data: bytes) -> pygit2.Oid:
     """Store `data` as a blob; returns its id."""
     return repo.create_blob(data)
+
+
+def write_blob_stream(repo: pygit2.Repository, stream: io.IOBase) -> pygit2.Oid:
+    """Store what `stream` reads to its end as a blob, chunk by chunk (libgit2's write stream); returns its id."""
+    return repo.create_blob_fromiobase(stream)
 
 
 def commit_tree(

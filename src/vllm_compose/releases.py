@@ -177,6 +177,31 @@ def _resolve_link(links: dict[str, str], path: str, depth: int = 0) -> list[str]
     return parts
 
 
+class _CheckedTarInfo(tarfile.TarInfo):
+    """A tar header that ends the archive only where the archive says it ends.
+
+    `tarfile` stops reading, without an error, at the first header it cannot parse (a bad checksum, a short or
+    missing block) once one member was read: a sdist with a corrupt second header would be imported as a one-file
+    release. Only the end-of-archive marker (a zero block) may end it here; anything else is corruption or
+    truncation, raised as `ReadError` with the byte offset of the header.
+    """
+
+    @classmethod
+    def fromtarfile(cls, tarfile_obj):
+        try:
+            return super().fromtarfile(tarfile_obj)
+        except tarfile.EOFHeaderError:
+            raise  # a zero block: the archive's proper end
+        except tarfile.EmptyHeaderError:
+            raise tarfile.ReadError(
+                f"the archive ends at byte {tarfile_obj.offset} without its end-of-archive blocks (truncated)"
+            ) from None
+        except (tarfile.InvalidHeaderError, tarfile.TruncatedHeaderError) as exc:
+            raise tarfile.ReadError(f"corrupt tar header at byte {tarfile_obj.offset} ({exc})") from None
+
+
+#: a `vllm/_version.py` read whole for its commit id is a few hundred bytes; a larger one is only streamed
+_VERSION_PY_MAX = 1 << 20
 _COMMIT_ID = re.compile(r"""^__commit_id__\s*=\s*(?:\w+\s*=\s*)?(?:['"]([^'"]*)['"]|None)""", re.M)
 
 
@@ -192,7 +217,8 @@ def import_sdist(
 ) -> pygit2.Commit:
     """Import an sdist's files as one commit tagged `tag`, straight from the tarball into git objects.
 
-    Nothing touches the filesystem: each member streams into a blob. Refused (`SourceError`, no tag created):
+    Nothing touches the filesystem: each member streams into a blob (memory stays flat, whatever a member's size).
+    A corrupt or truncated archive is refused (`_CheckedTarInfo`), not imported as far as it reads. Refused (`SourceError`, no tag created):
     absolute paths, `..` components, members outside the top `<name>-<version>/` folder, `.git` entries, hard
     links, device files and FIFOs, symlinks leaving the tree, and more than `MAX_UNPACKED_BYTES` of content.
     The commit and annotated tag carry the provenance (file name, sha256, index, upstream `__commit_id__`); their
@@ -211,7 +237,7 @@ def import_sdist(
     meter = Throttled(progress, f"import {sdist}", size)
     try:
         with open(sdist_path, "rb") as raw:
-            with tarfile.open(fileobj=_CountingReader(raw, meter), mode="r|*") as tar:
+            with tarfile.open(fileobj=_CountingReader(raw, meter), mode="r|*", tarinfo=_CheckedTarInfo) as tar:
                 for member in tar:
                     rel = _member_path(tag, sdist, member.name, top)
                     if rel is None:
@@ -234,12 +260,15 @@ def import_sdist(
                     if unpacked > MAX_UNPACKED_BYTES:
                         raise _refuse(tag, sdist, member.name, f"takes the content past {MAX_UNPACKED_BYTES} bytes")
                     f = tar.extractfile(member)
-                    data = f.read() if f is not None else b""
-                    if rel == "vllm/_version.py":
+                    if rel == "vllm/_version.py" and member.size <= _VERSION_PY_MAX:  # read: it names the commit
+                        data = f.read()
                         m = _COMMIT_ID.search(data.decode("utf-8", "replace"))
                         commit_id = m.group(1) if m and m.group(1) is not None else None
+                        oid = gitstore.write_blob(repo, data)
+                    else:  # streamed: memory stays flat whatever the member's size
+                        oid = gitstore.write_blob_stream(repo, f)
                     mode = gitstore.EXEC_MODE if member.mode & 0o111 else gitstore.BLOB_MODE
-                    entries[rel] = (gitstore.write_blob(repo, data), mode)
+                    entries[rel] = (oid, mode)
                     links.pop(rel, None)
     except SourceError:
         raise

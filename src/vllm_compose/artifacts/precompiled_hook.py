@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import platform
+import socket
 import sys
 import tempfile
 import urllib.request
@@ -60,10 +61,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _incoming_prefix() -> str:
+    # the cache's naming of a temporary file (vllm_compose.cache.incoming_prefix): a later run that finds one whose
+    # process is gone removes it, so a build killed during the download leaves no partial wheel behind for good
+    return f".incoming-{os.getpid()}@{socket.gethostname()}~"
+
+
 def _download(url: str, size: int, sha256: str, dest: Path, log) -> None:
     """`url` into `dest` through a temporary file next to it: whole and verified, or not there at all."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".incoming-")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=_incoming_prefix())
     digest, done = hashlib.sha256(), 0
     try:
         log(f"downloading {url} ({size / 1e6:.0f} MB) into {dest.parent}")
@@ -95,7 +102,7 @@ def _remember_name(root: Path, filename: str, sha256: str, url: str) -> None:
     """Record the wheel in the cache's name index, as vllm-compose does, so `vllm-compose wheel` finds it too."""
     names = root / "names"
     names.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=names, prefix=".incoming-")
+    fd, tmp = tempfile.mkstemp(dir=names, prefix=_incoming_prefix())
     with os.fdopen(fd, "w") as fh:
         json.dump({"sha256": sha256, "origin": url}, fh)
     os.replace(tmp, names / filename)
