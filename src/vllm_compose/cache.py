@@ -69,7 +69,7 @@ def sweep_incoming(folder: Path, now: float | None = None) -> list[Path]:
     removed = []
     now = time.time() if now is None else now
     host = socket.gethostname()
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):  # no folder, not a folder, unreadable: nothing to sweep, never an error
         for path in folder.iterdir():
             if not path.name.startswith(INCOMING):
                 continue
@@ -80,8 +80,10 @@ def sweep_incoming(folder: Path, now: float | None = None) -> list[Path]:
                 continue
             dead = m is not None and m.group(2) == host and not _pid_alive(int(m.group(1)))
             if dead or idle > STALE_AFTER_S:
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     path.unlink()
+                except OSError:  # gone already, or someone else's file in a shared cache: theirs to remove
+                    continue
                 removed.append(path)
     return removed
 
