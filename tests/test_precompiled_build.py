@@ -268,3 +268,13 @@ def test_plain_pip_install_e_builds_over_the_stock_wheel(series_dir, toy_vllm, s
     installed = list((tmp_path / "prefix").rglob(f"vllm-1.0.0+{label}.dist-info"))
     assert installed, sorted(p.name for p in (tmp_path / "prefix").rglob("*.dist-info"))
     assert git(toy_vllm, "status", "--porcelain") == ""
+
+
+def test_setup_py_without_the_hook_file_builds_as_vllm_does(series_dir, toy_vllm, stock_wheel, tmp_path):  # noqa: F811
+    """An sdist built from the compose tree leaves `.vllm-compose/` out (vLLM's MANIFEST.in): setup.py then runs as
+    vLLM's own, instead of failing on a missing file."""
+    pin(series_dir, stock_wheel)
+    assert compose(series_dir, toy_vllm, "v1.0.0") == 0
+    (toy_vllm / ".vllm-compose" / "precompiled.py").unlink()
+    done = run_setup(toy_vllm, tmp_path / "cache")
+    assert done.returncode != 0 and "Could NOT find CUDA" in done.stderr and "FileNotFoundError" not in done.stderr

@@ -8,7 +8,7 @@ the checks, `series-diff` and the overlay of `vllm-compose wheel` / `image-overl
 * adds `.vllm-compose/precompiled.py` (`precompiled_hook.py` of this package, verbatim) and
   `.vllm-compose/precompiled.json` (the release, the version label of the compose, and per architecture the stock
   wheel of `series/stock-wheels.toml`: file name, size, sha256, URL);
-* adds two lines to vLLM's `setup.py`, right after `ROOT_DIR = ...`: load that file and call `configure()`, which
+* adds four lines to vLLM's `setup.py`, right after `ROOT_DIR = ...`: load that file and call `configure()`, which
   sets `VLLM_USE_PRECOMPILED`, `VLLM_PRECOMPILED_WHEEL_LOCATION` (the wheel, downloaded once into the cache and
   verified), `VLLM_VERSION_OVERRIDE` and `VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX` unless the environment sets them;
 * removes `vllm/_version.py`, `PKG-INFO` and `vllm.egg-info/` (what the sdist import brought and upstream's git
@@ -49,8 +49,9 @@ _ANCHOR = re.compile(r"^ROOT_DIR = Path\(__file__\)\.parent\n", re.M)
 _LOADER = re.compile(r"^def load_module_from_path\(", re.M)
 SETUP_LINES = (
     "# vllm-compose: take the compiled kernels from the release's stock wheel, sha256-checked (.vllm-compose/)\n"
-    'load_module_from_path("vllm_compose_precompiled", os.path.join(ROOT_DIR, ".vllm-compose", "precompiled.py"))'
-    ".configure(ROOT_DIR)\n"
+    '_VLLM_COMPOSE_HOOK = os.path.join(ROOT_DIR, ".vllm-compose", "precompiled.py")\n'
+    "if os.path.isfile(_VLLM_COMPOSE_HOOK):  # not in an sdist built from this tree: vLLM builds as it does\n"
+    '    load_module_from_path("vllm_compose_precompiled", _VLLM_COMPOSE_HOOK).configure(ROOT_DIR)\n'
 )
 
 
