@@ -95,45 +95,54 @@ def test_the_editable_hint_names_no_missing_command(tmp_path):
 
 
 def composed_result(final_errors: list[dict]):
-    from vllm_compose.replay import ComposeResult, EntryOutcome, HunkOutcome
+    from vllm_compose.checks import CheckReport, CheckResult, Finding
+    from vllm_compose.results import (
+        CheckStatus,
+        ComposeResult,
+        ComposeStatus,
+        EntryOutcome,
+        EntryStatus,
+        HunkOutcome,
+        Severity,
+    )
 
-    finding = {
-        "check": "undefined-names",
-        "severity": "error",
-        "file": "vllm/x.py",
-        "line": 754,
-        "name": "has_deep_gemm",
-        "message": "UndefinedName: undefined name 'has_deep_gemm'",
-    }
+    def finding(**change):
+        fields = {
+            "check": "undefined-names",
+            "severity": Severity.ERROR,
+            "file": "vllm/x.py",
+            "line": 754,
+            "name": "has_deep_gemm",
+            "message": "UndefinedName: undefined name 'has_deep_gemm'",
+        }
+        return Finding(**{**fields, **change})
+
+    def report(findings):
+        status = CheckStatus.FAIL if findings else CheckStatus.PASS
+        return CheckReport(None, [CheckResult("undefined-names", status, findings)])
+
     pr = EntryOutcome(
         "pr38476",
         "PR",
-        "applied",
+        EntryStatus.APPLIED,
         hunks=[
             HunkOutcome("vllm/platforms/cuda.py", 1, "conflict", None, resolved_by="fix-priority"),
             HunkOutcome("vllm/x.py", 3, "merged", 120, scope="def f [function]"),
         ],
-        checks={"checks": [{"name": "undefined-names", "status": "fail", "findings": [finding]}]},
+        checks=report([finding()]),
     )
-    fix = EntryOutcome("fix-priority", "Fix", "applied", hunks=[HunkOutcome("vllm/platforms/cuda.py", 1, "exact", 40)])
-    final = {
-        "checks": [
-            {
-                "name": "undefined-names",
-                "status": "fail" if final_errors else "pass",
-                "findings": [{**finding, **f} for f in final_errors],
-            }
-        ]
-    }
+    fix = EntryOutcome(
+        "fix-priority", "Fix", EntryStatus.APPLIED, hunks=[HunkOutcome("vllm/platforms/cuda.py", 1, "exact", 40)]
+    )
     return ComposeResult(
         "compose-1-v0.26.0",
         "v0.26.0",
-        "composed",
+        ComposeStatus.COMPOSED,
         "a" * 40,
         "b" * 40,
         [pr, fix],
         "composed 2 entries onto v0.26.0",
-        final_checks=final,
+        final_checks=report([finding(**f) for f in final_errors]),
     )
 
 

@@ -254,8 +254,7 @@ def _refuse_crlf_onto_lf(entry: Entry, fp: FilePatch, text: str | None) -> None:
         if ends_in_crlf([t for _, t in h.lines]) and not ends_in_crlf(file_lines):
             name = entry.file.name if entry.file else entry.id
             raise PatchFormatError(
-                f"line endings differ: the patch's lines end in CRLF (\\r\\n), the release's {fp.path} ends them "
-                "in LF",
+                f"line endings differ: the patch's lines end in CRLF (\\r\\n), the release's {fp.path} ends them in LF",
                 entry=entry.id,
                 file=fp.path,
                 hunk=h.index,
