@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,9 @@ def _check_golden(path: Path, text: str) -> None:
 
 
 def _normalize(text: str, tmp: Path) -> str:
-    return text.replace(str(tmp.resolve()), "<tmp>").replace(str(tmp), "<tmp>")
+    """Temporary paths as `<tmp>`, the interpreter (the import smoke names it) as `<python>`."""
+    text = text.replace(str(tmp.resolve()), "<tmp>").replace(str(tmp), "<tmp>")
+    return text.replace(sys.executable, "<python>")
 
 
 def _release_repo(case: Path, tmp: Path, tag: str) -> Path:
