@@ -31,7 +31,7 @@ run() {
   if [ "$left" -lt 60 ]; then echo "SKIP $label (time)"; echo "{\"label\":\"$label\",\"ok\":false,\"error\":\"not run: time\"}" > "$S/res/$label.json"; return; fi
   local lim=$(( left - 10 < 300 ? left - 10 : 300 ))
   rm -rf "$S/rec/$label"
-  ( export CUDA_VISIBLE_DEVICES=$gpus PYTHONPATH="$S/$tree:$S/site:$REPO/device/sitecustomize" VC_RECORD_DIR="$S/rec/$label"
+  ( export CUDA_VISIBLE_DEVICES=$gpus PYTHONPATH="$S/$tree:$S/site:$REPO/device/sitecustomize" VC_SITE_DIRS="$S/site" VC_RECORD_DIR="$S/rec/$label"
     [ "$cap" != "-" ] && export VC_FAKE_CAPABILITY=$cap
     timeout -s INT -k 20 "$lim" python3 "$REPO/device/validate.py" --model "$S/${VC_MODEL:-tiny}" --label "$label" \
       --out "$S/res/$label.json" "$@" > "$S/log/$label.log" 2>&1

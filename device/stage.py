@@ -305,8 +305,8 @@ def install(models: bool = True) -> str:
             (DEST / tree / member).parent.mkdir(parents=True, exist_ok=True)
             with lzma.open(obj) as xz, open(DEST / tree / member, "wb") as f:
                 shutil.copyfileobj(xz, f)
-    with tarfile.open(items / "overlay.tar.xz") as tar:
-        tar.extractall(DEST / "composed", filter="data")
+    with tarfile.open(items / "overlay.tar.xz") as tar:  # paths relative to the composed vllm/ folder
+        tar.extractall(DEST / "composed" / "vllm", filter="data")
     shutil.rmtree(items)
     if models:
         write_models(DEST)

@@ -39,6 +39,13 @@ import json
 import os
 import sys
 
+# VC_SITE_DIRS: folders installed with `pip --target` (PYTHONPATH does not read their .pth files; nvidia-cutlass-dsl
+# puts its packages on sys.path through one)
+import site  # noqa: E402
+
+for _dir in filter(None, os.environ.get("VC_SITE_DIRS", "").split(os.pathsep)):
+    site.addsitedir(_dir)
+
 _FAKE = os.environ.get("VC_FAKE_CAPABILITY")
 _CHECK_IDS = os.environ.get("VC_CHECK_TOKEN_IDS") in ("1", "async")
 _ASYNC = os.environ.get("VC_CHECK_TOKEN_IDS") == "async"
