@@ -49,7 +49,7 @@ def test_a_configuration_fixed_in_a_later_session_counts_once_as_predicted(tmp_p
     _write(tmp_path, "b", {"r": _run(pp=2, mtp=2, sync=True), "s": _run(pp=2, mtp=2)})
     ev = collect_gpu_evidence(tmp_path)["0.26.0"]
     assert ev.as_predicted == {RunConfig(2, 2), RunConfig(2, 2, True)}
-    assert ev.not_as_predicted == set()
+    assert ev.not_as_predicted == set() and ev.failed == {}
     assert ev.sessions == {"a", "b"}
     assert "PP2+MTP2 sync" in ev.summary()
 
@@ -62,7 +62,25 @@ def test_an_unreadable_results_file_is_a_typed_error_naming_it(tmp_path):
     assert exc.value.file.endswith("results.json")
 
 
-def test_the_repository_results_show_only_v0_26_0_on_a_gpu():
+def test_a_run_that_did_not_finish_is_failed_with_its_root_cause_not_a_wrong_prediction(tmp_path):
+    failed = {
+        **_run(version="0.33.0", mtp=1, ok=False),
+        "error": "RuntimeError: Engine core initialization failed. See root cause above.",
+        "log_errors": ["AttributeError: 'X' object has no attribute 'y'", "RuntimeError: ... See root cause above."],
+    }
+    _write(tmp_path, "s6", {"cycle_pp1_mtp1": failed, "cycle_pp1": {**_run(version="0.33.0", ok=False), "error": "E"}})
+    ev = collect_gpu_evidence(tmp_path)["0.33.0"]
+    assert ev.as_predicted == set() and ev.not_as_predicted == set()
+    assert ev.failed == {RunConfig(1, 1): "AttributeError: 'X' object has no attribute 'y'", RunConfig(1, 0): "E"}
+    assert "FAILED: PP1+MTP1 (AttributeError: 'X' object has no attribute 'y')" in ev.summary()
+    assert "as predicted:" not in ev.summary()
+
+
+def test_the_repository_results_show_v0_26_0_as_predicted_and_v0_33_0_failed():
     ev = collect_gpu_evidence(RESULTS)
-    assert set(ev) == {"0.26.0"}
+    assert set(ev) == {"0.26.0", "0.33.0"}
     assert {RunConfig(1, 2), RunConfig(2, 2), RunConfig(2, 2, True)} <= ev["0.26.0"].as_predicted
+    # session 6: the compose before series entry 0031 (record_logical_topk_ready) failed on the first forward
+    assert ev["0.33.0"].as_predicted == set()
+    assert set(ev["0.33.0"].failed) == {RunConfig(1, 0), RunConfig(1, 1), RunConfig(1, 2)}
+    assert all("record_logical_topk_ready" in e for e in ev["0.33.0"].failed.values())

@@ -36,8 +36,10 @@ class ReleaseEvidence:
     version: str
     #: configurations whose run finished and whose verdict, where the run had one, was as predicted
     as_predicted: set[RunConfig] = field(default_factory=set)
-    #: configurations that finished with a verdict that was not as predicted, or did not finish
+    #: configurations that finished with a verdict that was not as predicted
     not_as_predicted: set[RunConfig] = field(default_factory=set)
+    #: configurations whose engine did not finish -> the root cause (the log's first exception, else the error)
+    failed: dict[RunConfig, str] = field(default_factory=dict)
     #: forced capability ("8.0") -> number of runs; runs without one used the GPU's own (sm_90)
     capabilities: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
@@ -50,6 +52,9 @@ class ReleaseEvidence:
             parts.append("as predicted: " + ", ".join(c.label() for c in sorted(self.as_predicted)))
         if self.not_as_predicted:
             parts.append("NOT as predicted: " + ", ".join(c.label() for c in sorted(self.not_as_predicted)))
+        for error in sorted(set(self.failed.values())):
+            configs = sorted(c for c, e in self.failed.items() if e == error)
+            parts.append(f"FAILED: {', '.join(c.label() for c in configs)} ({error})")
         forced = ", ".join(f"sm_{c.replace('.', '')} paths forced in {n}" for c, n in sorted(self.capabilities.items()))
         return f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {len(self.sessions)} sessions)"
 
@@ -59,6 +64,12 @@ def _verdict_ok(verdict: dict | None) -> bool:
         return True  # a run without a prediction (e.g. random weights) counts as finished, not as checked
     checks = [v for k, v in verdict.items() if isinstance(v, bool) and (k.endswith("as_predicted") or k == "ok")]
     return all(checks)
+
+
+def _root_cause(errors: list[str]) -> str:
+    """The first exception that is not the driver's "see root cause above", cut to one short line."""
+    causes = [e for e in errors if "See root cause above" not in e] or errors
+    return causes[0].splitlines()[0][:120]
 
 
 def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
@@ -80,8 +91,13 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
                 continue
             ev = evidence.setdefault(run["vllm_version"], ReleaseEvidence(run["vllm_version"]))
             config = RunConfig(int(run.get("pp", 1)), int(run.get("mtp", 0)), bool(run.get("sync_scheduling")))
-            ok = bool(run.get("ok")) and _verdict_ok(verdicts.get(label))
-            (ev.as_predicted if ok else ev.not_as_predicted).add(config)
+            if not run.get("ok"):
+                errors = run.get("log_errors") or [run.get("error") or "no error recorded"]
+                ev.failed[config] = _root_cause(errors)
+            elif _verdict_ok(verdicts.get(label)):
+                ev.as_predicted.add(config)
+            else:
+                ev.not_as_predicted.add(config)
             capability = (run.get("env") or {}).get("VC_FAKE_CAPABILITY")
             if capability:
                 ev.capabilities[capability] = ev.capabilities.get(capability, 0) + 1
@@ -89,4 +105,6 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
             ev.runs += 1
     for ev in evidence.values():
         ev.not_as_predicted -= ev.as_predicted  # a later session's passing run of the same configuration
+        for config in ev.as_predicted:
+            ev.failed.pop(config, None)
     return evidence
