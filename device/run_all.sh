@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the device machine, after device/install.sh 1 and 2: run validation phases, then collect results into $OUT.
+# On the device machine, after device/stage.py receive 1..N and install: run validation phases, then collect results into $OUT.
 #   device/run_all.sh PHASE...      phases: p1 p2 p3 p4 p5 p6 (see below); each run is time-boxed
 # Results accumulate in /tmp/vc/res (kept while the machine is warm), so a later call can add phases and collect all.
 set -uo pipefail

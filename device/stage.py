@@ -260,6 +260,8 @@ def install(models: bool = True) -> str:
     """Join the received parts, check each item, install: wheels -> DEST/site, stock -> DEST/stock, stock plus
     the overlay -> DEST/composed (the objects into both); then the tiny models (device/README)."""
     parts = DEST / "parts"
+    if not (parts / "manifest.json").is_file():
+        raise StageError(f"no part received under {parts}; run 'receive N' with each part carried, then install")
     manifest = _manifest(parts)
     missing = [i for i in range(1, manifest["parts"] + 1) if not (parts / f"p{i}").is_file()]
     if missing:
