@@ -96,7 +96,7 @@ def main():
                 if r["kind"] == "capability":
                     caps.append(r["caller"] + "  <- " + r["asked"])
                 elif r["kind"] == "model-class":
-                    classes.append({k: r.get(k) for k in ("class", "prefix", "draft")})
+                    classes.append({k: r.get(k) for k in ("class", "prefix")})
                 elif r["kind"] == "triton":
                     spec = json.loads(r["specialization"]) if r.get("specialization") else {}
                     key = (r["module"], r["qualname"], json.dumps(spec, sort_keys=True))

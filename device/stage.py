@@ -152,7 +152,10 @@ def _overlay(stock: Path, composed: Path, out: Path) -> list[str]:
         str(p.relative_to(composed))
         for p in composed.rglob("*.py")
         if "__pycache__" not in p.parts
-        and (not (stock / p.relative_to(composed)).is_file() or (stock / p.relative_to(composed)).read_bytes() != p.read_bytes())
+        and (
+            not (stock / p.relative_to(composed)).is_file()
+            or (stock / p.relative_to(composed)).read_bytes() != p.read_bytes()
+        )
     )
     with lzma.open(out, "wb", preset=6) as xz, tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in changed:
@@ -241,7 +244,9 @@ def receive(n: int, source: Path = REPO / ".devstage") -> str:
         raise StageError(f"part {n} of a payload of {manifest['parts']} parts")
     got = sha256_of(folder / "part")
     if got != manifest["part_sha256"][n - 1]:
-        raise StageError(f"part {n} has sha256 {got}, the manifest says {manifest['part_sha256'][n - 1]}; carry it again")
+        raise StageError(
+            f"part {n} has sha256 {got}, the manifest says {manifest['part_sha256'][n - 1]}; carry it again"
+        )
     parts = DEST / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     kept = parts / "manifest.json"
@@ -293,8 +298,20 @@ def install(models: bool = True) -> str:
     shutil.rmtree(DEST / "site", ignore_errors=True)
     if wheels:
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-             "--no-cache-dir", "--target", str(DEST / "site"), *wheels],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--target",
+                str(DEST / "site"),
+                *wheels,
+            ],
             check=True,
         )
     for tree in ("stock", "composed"):
@@ -326,11 +343,17 @@ def write_models(dest: Path, layers: int = int(os.environ.get("VC_LAYERS", "4"))
     generate(TinyGlmSpec(num_hidden_layers=layers), dest / "tiny", max_model_len=1024)
     generate(TinyGlmSpec(num_hidden_layers=layers, fixed_routing=True), dest / "tiny_fixed", max_model_len=1024)
     # cycle model (TokenCycle): greedy tokens and MTP acceptance known in advance
-    generate(TinyGlmSpec(num_hidden_layers=layers, weights="cycle", vocab_size=512), dest / "tiny_cycle",
-             max_model_len=1024)
+    generate(
+        TinyGlmSpec(num_hidden_layers=layers, weights="cycle", vocab_size=512), dest / "tiny_cycle", max_model_len=1024
+    )
     # the same cycle with every draft wrong by design
-    generate(TinyGlmSpec(num_hidden_layers=layers, weights="cycle", vocab_size=512, draft_via_embedding=0.0,
-                         draft_via_hidden=0.0), dest / "tiny_cycle_wrong", max_model_len=1024)
+    generate(
+        TinyGlmSpec(
+            num_hidden_layers=layers, weights="cycle", vocab_size=512, draft_via_embedding=0.0, draft_via_hidden=0.0
+        ),
+        dest / "tiny_cycle_wrong",
+        max_model_len=1024,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,8 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "build":
             m = build(args.lock, args.wheels, args.stock_tree, args.composed_tree, args.out, args.part_mib)
-            print(f"{m['parts']} parts of <= {args.part_mib} MiB, {m['total_bytes']} bytes, {len(m['items'])} items, "
-                  f"{len(m['overlay'])} overlay files -> {args.out}/p1..p{m['parts']}")
+            print(
+                f"{m['parts']} parts of <= {args.part_mib} MiB, {m['total_bytes']} bytes, {len(m['items'])} items, "
+                f"{len(m['overlay'])} overlay files -> {args.out}/p1..p{m['parts']}"
+            )
         elif args.cmd == "receive":
             print(receive(args.n))
         else:

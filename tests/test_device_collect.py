@@ -50,13 +50,9 @@ def test_collect_judges_cycle_runs_and_keeps_the_failed_runs_log(tmp_path):
     rec = stage / "rec" / "cycle_pp1_mtp1"
     rec.mkdir(parents=True)
     (rec / "7.jsonl").write_text(
-        json.dumps(
-            {"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.model.X", "prefix": "", "draft": False}
-        )
+        json.dumps({"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.model.X", "prefix": ""})
         + "\n"
-        + json.dumps(
-            {"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.mtp.Y", "prefix": "", "draft": True}
-        )
+        + json.dumps({"kind": "model-class", "class": "vllm.models.deepseek_v32.nvidia.mtp.Y", "prefix": ""})
         + "\n"
     )
     proc = subprocess.run(
@@ -82,4 +78,3 @@ def test_collect_judges_cycle_runs_and_keeps_the_failed_runs_log(tmp_path):
         "vllm.models.deepseek_v32.nvidia.model.X",
         "vllm.models.deepseek_v32.nvidia.mtp.Y",
     ]
-    assert [c["draft"] for c in classes] == [False, True]

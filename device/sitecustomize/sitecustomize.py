@@ -14,7 +14,7 @@ VC_RECORD_DIR=/path      each process appends JSON lines there (`<pid>.jsonl`):
                          {"kind": "triton", "module": ..., "qualname": ..., "specialization": <triton JSON>} once per
                          Triton compilation (Triton's jit_cache_hook, called on each in-memory cache miss).
                          {"kind": "model-class", "class": "vllm...Class", ...} for each model `initialize_model`
-                         builds (the target model, and the MTP draft's with "draft": true).
+                         builds (the target model, and the MTP draft's).
 VC_CHECK_TOKEN_IDS=1     diagnostics for an out-of-range token id (docs/validation.md, open finding 2): every
                          `VocabParallelEmbedding.forward` checks its ids against the embedding's rows, and the MTP
                          draft's `compute_logits` counts rows that are not finite; each check synchronizes with the
@@ -37,11 +37,11 @@ import importlib.abc
 import importlib.util
 import json
 import os
-import sys
 
 # VC_SITE_DIRS: folders installed with `pip --target` (PYTHONPATH does not read their .pth files; nvidia-cutlass-dsl
 # puts its packages on sys.path through one)
 import site  # noqa: E402
+import sys
 
 for _dir in filter(None, os.environ.get("VC_SITE_DIRS", "").split(os.pathsep)):
     site.addsitedir(_dir)
@@ -283,13 +283,11 @@ def _patch_model_init(module):
     def initialize_model(*args, **kwargs):
         model = original(*args, **kwargs)
         cls = type(model)
-        model_config = kwargs.get("model_config")
         _record(
             {
                 "kind": "model-class",
                 "class": f"{cls.__module__}.{cls.__qualname__}",
                 "prefix": kwargs.get("prefix", ""),
-                "draft": model_config is not None,
                 "pid": os.getpid(),
             }
         )
