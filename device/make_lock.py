@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -188,9 +189,11 @@ def make_lock(release: str, work: Path, image: set[str], python: str) -> str:
     stock = next(wheels.glob(f"vllm-{release}-*.whl"))
     _name, _v, vllm_requires = wheel_metadata(stock)
     env = work / "env"
-    if not (env / "bin" / "python").exists():
+    if not (env / ".complete").exists():  # a venv whose install was cut off is made again
+        shutil.rmtree(env, ignore_errors=True)
         _run([python, "-m", "venv", str(env)])
         _run([str(env / "bin" / "pip"), "install", "-q", str(stock)])
+        (env / ".complete").touch()
     site = next((env / "lib").glob("python3.*/site-packages"))
     stub = libcuda_stub(site, work / "stub")
     modules = COMMON + (V32_PATH if (site / "vllm" / "models" / "deepseek_v32").is_dir() else V2_PATH)
