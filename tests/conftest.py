@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
+import toy_compose
 from pygit2.enums import ConfigLevel
 
 from vllm_compose import index, releases
@@ -257,3 +258,15 @@ def series_dir(tmp_path) -> Path:
     d = tmp_path / "series"
     (d / "patches").mkdir(parents=True)
     return d
+
+
+@pytest.fixture
+def toy_upstream(tmp_path) -> Path:
+    """The toy upstream repository of the compose tests (`toy_compose.make_upstream`)."""
+    return toy_compose.make_upstream(tmp_path)
+
+
+@pytest.fixture
+def toy_series(tmp_path) -> Path:
+    """The toy series of the compose tests, its PR content in the test's cache (`toy_compose.make_series`)."""
+    return toy_compose.make_series(tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import toy_vllm as toy
-from test_wheel import STOCK_NAME, make_stock_wheel
+from toy_wheel import STOCK_NAME, gate_report, make_stock_wheel
 
 from vllm_compose.artifacts import wheel as wheel_mod
 from vllm_compose.cli import main
@@ -256,20 +256,13 @@ def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
 # passed or was explicitly skipped.
 
 
-def _gate_report(ok: bool):
-    from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
-
-    kernel = KernelVerdict("vllm.k", "_fused_q_kernel", 80, 2, 0 if ok else 2, None if ok else "fp8e4nv not supported")
-    return AmpereGateReport("toy", kernels=[kernel], derived={"sm_80": 2})
-
-
 @pytest.fixture
 def gate_says(monkeypatch):
     from vllm_compose.validation import ampere_gate
 
     def set_result(ok: bool | None, unavailable: str | None = None) -> None:
         monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: unavailable)
-        monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": _gate_report(bool(ok)))
+        monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": gate_report(bool(ok)))
 
     return set_result
 

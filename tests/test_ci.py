@@ -92,7 +92,7 @@ def _toy(tmp_path, fix_body=toy.FIX_BODY):
 
 
 def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch) -> None:
-    from test_wheel import make_stock_wheel
+    from toy_wheel import make_stock_wheel
 
     series, repo = _toy(tmp_path)
     summary = tmp_path / "step_summary.md"
@@ -108,13 +108,12 @@ def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch)
 
 
 def test_compose_release_gate_refusal_writes_issue_body_naming_the_kernels(tmp_path, monkeypatch) -> None:
-    from test_artifact_cli import _gate_report
-    from test_wheel import make_stock_wheel
+    from toy_wheel import gate_report, make_stock_wheel
 
     from vllm_compose.validation import ampere_gate
 
     monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: None)
-    monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": _gate_report(False))
+    monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": gate_report(False))
     series, repo = _toy(tmp_path)
     out = tmp_path / "out"
     rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", str(make_stock_wheel(tmp_path / "stock")))

@@ -1,4 +1,4 @@
-"""End-to-end compose tests on a small synthetic upstream repository built here (tags v1.0.0 ... v1.4.0).
+"""End-to-end compose tests on a small synthetic upstream repository (tags v1.0.0 ... v1.4.0, `toy_compose`).
 
 The upstream project is a toy package; the "PR" is a patch against v1.0.0 served through the cache (as a pinned
 URL + sha256 would be); the series also has a local skew fix. Each test composes through the CLI entry point, so
@@ -9,200 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pygit2
-import pytest
+from toy_compose import MOD_V1, PR_PATCH, branch_log, commit_tag, compose, git, resume
 
 from vllm_compose import gitstore
-from vllm_compose.cache import Cache
 from vllm_compose.cli import main
 
-MOD_V1 = textwrap.dedent(
-    """\
-    import os
 
-
-    def greet(name, *, loud=False):
-        text = "hello " + name
-        if loud:
-            text = text.upper()
-        return text
-
-
-    def farewell(name):
-        return "bye " + name
-
-
-    class Engine:
-        def __init__(self, size):
-            self.size = size
-            self.steps = 0
-
-        def step(self, batch):
-            self.steps += 1
-            return [x * self.size for x in batch]
-    """
-)
-
-#: the PR: a new keyword parameter threaded into greet(), and a new method on Engine
-PR_PATCH = textwrap.dedent(
-    """\
-    diff --git a/pkg/mod.py b/pkg/mod.py
-    --- a/pkg/mod.py
-    +++ b/pkg/mod.py
-    @@ -1,10 +1,12 @@
-     import os
-
-
-    -def greet(name, *, loud=False):
-    +def greet(name, *, loud=False, suffix=""):
-         text = "hello " + name
-         if loud:
-             text = text.upper()
-    +    if suffix:
-    +        text += suffix
-         return text
-
-
-    @@ -20,3 +22,6 @@ class Engine:
-         def step(self, batch):
-             self.steps += 1
-             return [x * self.size for x in batch]
-    +
-    +    def reset(self):
-    +        self.steps = 0
-    """
-)
-
-FIX_PATCH = textwrap.dedent(
-    """\
-    From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
-    From: Fixer <fixer@example.invalid>
-    Date: Tue, 14 Nov 2023 22:13:20 +0000
-    Subject: [PATCH] Make farewell honour the new suffix
-
-    The PR adds `suffix` to greet() only; our users call farewell() too.
-    ---
-    diff --git a/pkg/mod.py b/pkg/mod.py
-    --- a/pkg/mod.py
-    +++ b/pkg/mod.py
-    @@ -11,6 +11,6 @@ def greet(name, *, loud=False, suffix=""):
-
-
-    -def farewell(name):
-    -    return "bye " + name
-    +def farewell(name, suffix=""):
-    +    return "bye " + name + suffix
-
-
-    """
-)
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def commit_tag(work: Path, tag: str, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        p = work / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", f"release {tag}")
-    git(work, "tag", tag)
-
-
-@pytest.fixture
-def upstream(tmp_path):
-    """A repo with releases: v1.0.0 base; v1.1.0 lines added above (offset); v1.2.0 drift next to a hunk
-    (merge); v1.3.0 the PR merged verbatim; v1.4.0 the PR merged in a tweaked form (only the method)."""
-    work = tmp_path / "vllm"
-    work.mkdir()
-    git(work, "init", "-q", "-b", "main")
-    commit_tag(work, "v1.0.0", {"pkg/mod.py": MOD_V1, "pkg/__init__.py": ""})
-    offset = '"""The toy module."""\n\nDEBUG = False\n' + MOD_V1
-    commit_tag(work, "v1.1.0", {"pkg/mod.py": offset})
-    drift = MOD_V1.replace('    text = "hello " + name\n', '    text = "hello, " + name  # comma\n')
-    commit_tag(work, "v1.2.0", {"pkg/mod.py": drift})
-    merged = (
-        MOD_V1.replace("def greet(name, *, loud=False):", 'def greet(name, *, loud=False, suffix=""):').replace(
-            "        text = text.upper()\n    return text",
-            "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text",
-        )
-        + "\n    def reset(self):\n        self.steps = 0\n"
-    )
-    commit_tag(work, "v1.3.0", {"pkg/mod.py": merged})
-    tweaked = MOD_V1 + "\n    def reset(self):\n        self.steps = 0\n"
-    commit_tag(work, "v1.4.0", {"pkg/mod.py": tweaked})
-    git(work, "checkout", "-q", "--detach")
-    return work
-
-
-@pytest.fixture
-def series_dir(tmp_path):
-    """A series: the PR (pinned by sha256, content seeded into the cache) and a local fix."""
-    d = tmp_path / "series"
-    (d / "patches").mkdir(parents=True)
-    (d / "patches" / "0001-farewell-suffix.patch").write_text(FIX_PATCH)
-    sha = hashlib.sha256(PR_PATCH.encode()).hexdigest()
-    Cache().put_bytes(PR_PATCH.encode())
-    (d / "series.toml").write_text(
-        textwrap.dedent(
-            f"""\
-            [series]
-            name = "toy"
-
-            [[entry]]
-            id = "pr101"
-            pr = 101
-            pr_url = "https://example.invalid/pull/101"
-            title = "Add a suffix to greet and Engine.reset"
-            upstream_status = "Submitted"
-            why = "users need it"
-            [entry.source]
-            url = "https://example.invalid/pr101.diff"
-            sha256 = "{sha}"
-
-            [[entry]]
-            id = "fix-farewell"
-            file = "patches/0001-farewell-suffix.patch"
-            title = "Make farewell honour the new suffix"
-            upstream_status = "Inappropriate"
-            why = "skew between the PR and our users"
-            """
-        )
-    )
-    return d
-
-
-def compose(series_dir, repo, tag, *extra, json_out=None):
-    argv = ["rebase", "--onto", tag, "--series", str(series_dir), "--repo", str(repo), "--offline", "-q"]
-    if json_out:
-        argv += ["--json", str(json_out)]
-    return main(argv + list(extra))
-
-
-def resume(series_dir, repo, json_out=None):
-    """`rebase --continue` through the CLI, as a user runs it after resolving a conflict."""
-    argv = ["rebase", "--continue", "--series", str(series_dir), "--repo", str(repo), "--offline", "-q"]
-    if json_out:
-        argv += ["--json", str(json_out)]
-    return main(argv)
-
-
-def branch_log(repo: Path, branch: str) -> list[str]:
-    tag = branch.rsplit("-", 1)[-1]
-    return git(repo, "log", "--format=%s", f"{tag}..{branch}").splitlines()[::-1]
-
-
-def test_clean_compose_writes_one_commit_per_entry(series_dir, upstream, tmp_path):
+def test_clean_compose_writes_one_commit_per_entry(toy_series, toy_upstream, tmp_path):
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v1.0.0", json_out=out) == 0
-    assert branch_log(upstream, "compose-101-v1.0.0") == [
+    assert compose(toy_series, toy_upstream, "v1.0.0", json_out=out) == 0
+    assert branch_log(toy_upstream, "compose-101-v1.0.0") == [
         "Add a suffix to greet and Engine.reset",
         "Make farewell honour the new suffix",
     ]
@@ -211,81 +31,81 @@ def test_clean_compose_writes_one_commit_per_entry(series_dir, upstream, tmp_pat
     assert [e["id"] for e in report["entries"]] == ["pr101", "fix-farewell"]
     assert [h["verdict"] for h in report["entries"][0]["hunks"]] == ["exact", "exact"]
     assert report["entries"][0]["hunks"][0] == {**report["entries"][0]["hunks"][0], "file": "pkg/mod.py", "hunk": 1}
-    final = git(upstream, "show", "compose-101-v1.0.0:pkg/mod.py")
+    final = git(toy_upstream, "show", "compose-101-v1.0.0:pkg/mod.py")
     assert 'def farewell(name, suffix=""):' in final and "def reset(self):" in final
     # the worktree was not touched
-    assert git(upstream, "status", "--porcelain") == ""
+    assert git(toy_upstream, "status", "--porcelain") == ""
 
 
-def test_compose_is_reproducible_and_second_run_is_a_no_op(series_dir, upstream):
-    assert compose(series_dir, upstream, "v1.0.0") == 0
-    first = git(upstream, "rev-parse", "compose-101-v1.0.0")
-    assert compose(series_dir, upstream, "v1.0.0") == 0
-    assert git(upstream, "rev-parse", "compose-101-v1.0.0") == first
+def test_compose_is_reproducible_and_second_run_is_a_no_op(toy_series, toy_upstream):
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 0
+    first = git(toy_upstream, "rev-parse", "compose-101-v1.0.0")
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 0
+    assert git(toy_upstream, "rev-parse", "compose-101-v1.0.0") == first
 
 
-def test_offset_release(series_dir, upstream, tmp_path):
+def test_offset_release(toy_series, toy_upstream, tmp_path):
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v1.1.0", json_out=out) == 0
+    assert compose(toy_series, toy_upstream, "v1.1.0", json_out=out) == 0
     verdicts = [h["verdict"] for h in json.loads(out.read_text())["entries"][0]["hunks"]]
     assert verdicts == ["offset", "offset"]
 
 
-def test_drifted_context_is_merged(series_dir, upstream, tmp_path):
+def test_drifted_context_is_merged(toy_series, toy_upstream, tmp_path):
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v1.2.0", json_out=out) == 0
+    assert compose(toy_series, toy_upstream, "v1.2.0", json_out=out) == 0
     hunks = json.loads(out.read_text())["entries"][0]["hunks"]
     assert hunks[0]["verdict"] in ("merged", "relocated")
-    final = git(upstream, "show", "compose-101-v1.2.0:pkg/mod.py")
+    final = git(toy_upstream, "show", "compose-101-v1.2.0:pkg/mod.py")
     assert '    text = "hello, " + name  # comma\n' in final + "\n"
     assert 'def greet(name, *, loud=False, suffix=""):' in final
 
 
-def test_entry_already_upstream_is_dropped_with_evidence(series_dir, upstream, tmp_path):
+def test_entry_already_upstream_is_dropped_with_evidence(toy_series, toy_upstream, tmp_path):
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v1.3.0", json_out=out) == 0
+    assert compose(toy_series, toy_upstream, "v1.3.0", json_out=out) == 0
     entries = json.loads(out.read_text())["entries"]
     assert entries[0]["status"] == "dropped-upstream"
     assert "already" in entries[0]["reason"]
     assert {h["verdict"] for h in entries[0]["hunks"]} == {"already-applied"}
-    assert branch_log(upstream, "compose-101-v1.3.0") == ["Make farewell honour the new suffix"]
+    assert branch_log(toy_upstream, "compose-101-v1.3.0") == ["Make farewell honour the new suffix"]
 
 
-def test_entry_partly_upstream_stops_instead_of_guessing(series_dir, upstream, tmp_path):
+def test_entry_partly_upstream_stops_instead_of_guessing(toy_series, toy_upstream, tmp_path):
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v1.4.0", json_out=out) == 1
+    assert compose(toy_series, toy_upstream, "v1.4.0", json_out=out) == 1
     entries = json.loads(out.read_text())["entries"]
     assert entries[0]["status"] == "partly-upstream"
-    assert "compose-101-v1.4.0" not in git(upstream, "branch", "--list")
-    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+    assert "compose-101-v1.4.0" not in git(toy_upstream, "branch", "--list")
+    assert main(["rebase", "--abort", "--repo", str(toy_upstream)]) == 0
 
 
-def conflicting_release(upstream: Path) -> None:
+def conflicting_release(toy_upstream: Path) -> None:
     """v2.0.0: greet's signature rewritten so the PR's first hunk has no site left."""
     text = MOD_V1.replace(
         'def greet(name, *, loud=False):\n    text = "hello " + name\n    if loud:\n',
         'def greet(person: str, shout: bool = False) -> str:\n    text = f"hello {person}"\n    if shout:\n',
     )
-    git(upstream, "checkout", "-q", "v1.0.0")
-    commit_tag(upstream, "v2.0.0", {"pkg/mod.py": text})
-    git(upstream, "checkout", "-q", "--detach")
+    git(toy_upstream, "checkout", "-q", "v1.0.0")
+    commit_tag(toy_upstream, "v2.0.0", {"pkg/mod.py": text})
+    git(toy_upstream, "checkout", "-q", "--detach")
 
 
-def test_conflict_resolve_continue_records_a_fix(series_dir, upstream, tmp_path):
-    conflicting_release(upstream)
+def test_conflict_resolve_continue_records_a_fix(toy_series, toy_upstream, tmp_path):
+    conflicting_release(toy_upstream)
     wt = tmp_path / "wt"
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt), json_out=out) == 1
+    assert compose(toy_series, toy_upstream, "v2.0.0", "--worktree", str(wt), json_out=out) == 1
     report = json.loads(out.read_text())
     assert report["status"] == "conflict" and report["entries"][0]["status"] == "conflict"
     assert [e["status"] for e in report["entries"]] == ["conflict", "not-reached"]
-    assert "compose-101-v2.0.0" not in git(upstream, "branch", "--list")
+    assert "compose-101-v2.0.0" not in git(toy_upstream, "branch", "--list")
     conflicted = (wt / "pkg/mod.py").read_text()
     assert "<<<<<<<" in conflicted and "def reset(self):" in conflicted  # the placeable hunk went in
     # a second compose refuses while the conflict waits
-    assert compose(series_dir, upstream, "v2.0.0") == 3
+    assert compose(toy_series, toy_upstream, "v2.0.0") == 3
     # --continue with markers still there is refused and keeps the state
-    assert resume(series_dir, upstream) == 1
+    assert resume(toy_series, toy_upstream) == 1
     # resolve by hand
     start = conflicted.index("<<<<<<<")
     end = conflicted.index("\n", conflicted.index(">>>>>>>")) + 1
@@ -305,45 +125,45 @@ def test_conflict_resolve_continue_records_a_fix(series_dir, upstream, tmp_path)
         + conflicted[end:]
     )
     (wt / "pkg/mod.py").write_text(resolved)
-    rc = resume(series_dir, upstream, json_out=out)
+    rc = resume(toy_series, toy_upstream, json_out=out)
     report = json.loads(out.read_text())
     assert rc == 0, report
     ids = [e["id"] for e in report["entries"]]
     assert ids[:2] == ["pr101", "fix-pr101-v2.0.0"]
     assert report["entries"][0]["hunks"][0]["resolved_by"] == "fix-pr101-v2.0.0"
-    toml = (series_dir / "series.toml").read_text()
+    toml = (toy_series / "series.toml").read_text()
     assert 'id = "fix-pr101-v2.0.0"' in toml and 'resolves = ["pr101:pkg/mod.py#1"]' in toml
     assert toml.index('id = "pr101"') < toml.index('id = "fix-pr101-v2.0.0"') < toml.index('id = "fix-farewell"')
-    assert len(list((series_dir / "patches").glob("0002-fix-pr101-v2.0.0.patch"))) == 1
-    final = git(upstream, "show", "compose-101-v2.0.0:pkg/mod.py")
+    assert len(list((toy_series / "patches").glob("0002-fix-pr101-v2.0.0.patch"))) == 1
+    final = git(toy_upstream, "show", "compose-101-v2.0.0:pkg/mod.py")
     assert 'suffix: str = ""' in final and "def reset(self):" in final
-    assert gitstore.read_state_ref(pygit2.Repository(str(upstream))) is None
+    assert gitstore.read_state_ref(pygit2.Repository(str(toy_upstream))) is None
     # on other tags the recorded fix does not apply (tags ==2.0.0)
-    assert compose(series_dir, upstream, "v1.0.0") == 0
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 0
 
 
-def test_abort_drops_state_and_keeps_edited_worktree(series_dir, upstream, tmp_path):
-    conflicting_release(upstream)
+def test_abort_drops_state_and_keeps_edited_worktree(toy_series, toy_upstream, tmp_path):
+    conflicting_release(toy_upstream)
     wt = tmp_path / "wt"
-    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt)) == 1
+    assert compose(toy_series, toy_upstream, "v2.0.0", "--worktree", str(wt)) == 1
     (wt / "pkg/mod.py").write_text((wt / "pkg/mod.py").read_text() + "# my notes\n")
-    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+    assert main(["rebase", "--abort", "--repo", str(toy_upstream)]) == 0
     assert (wt / "pkg/mod.py").read_text().endswith("# my notes\n")  # user work kept
-    repo = pygit2.Repository(str(upstream))
+    repo = pygit2.Repository(str(toy_upstream))
     assert gitstore.read_state_ref(repo) is None
-    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 3  # nothing to abort
+    assert main(["rebase", "--abort", "--repo", str(toy_upstream)]) == 3  # nothing to abort
 
 
-def test_composing_again_after_abort_never_writes_over_an_edited_worktree(series_dir, upstream, tmp_path, capsys):
-    conflicting_release(upstream)
+def test_composing_again_after_abort_never_writes_over_an_edited_worktree(toy_series, toy_upstream, tmp_path, capsys):
+    conflicting_release(toy_upstream)
     wt = tmp_path / "wt"
-    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt)) == 1
+    assert compose(toy_series, toy_upstream, "v2.0.0", "--worktree", str(wt)) == 1
     mine = (wt / "pkg/mod.py").read_text() + "# my notes\n"
     (wt / "pkg/mod.py").write_text(mine)
-    assert main(["rebase", "--abort", "--repo", str(upstream)]) == 0
+    assert main(["rebase", "--abort", "--repo", str(toy_upstream)]) == 0
     capsys.readouterr()
     out = tmp_path / "again.json"
-    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(wt), json_out=out) == 1
+    assert compose(toy_series, toy_upstream, "v2.0.0", "--worktree", str(wt), json_out=out) == 1
     assert (wt / "pkg/mod.py").read_text() == mine  # the person's edits are where they left them
     again = Path(json.loads(out.read_text())["worktree"])
     assert again == tmp_path / "wt.2" and "<<<<<<<" in (again / "pkg/mod.py").read_text()
@@ -351,33 +171,33 @@ def test_composing_again_after_abort_never_writes_over_an_edited_worktree(series
 
 
 def test_the_conflict_worktree_is_recorded_absolute_so_continue_works_from_anywhere(
-    series_dir, upstream, tmp_path, monkeypatch
+    toy_series, toy_upstream, tmp_path, monkeypatch
 ):
-    conflicting_release(upstream)
+    conflicting_release(toy_upstream)
     monkeypatch.chdir(tmp_path)
-    assert compose(series_dir, upstream, "v2.0.0", "--worktree", "rel-wt") == 1  # a relative --worktree
-    state = gitstore.read_state_ref(pygit2.Repository(str(upstream)))
+    assert compose(toy_series, toy_upstream, "v2.0.0", "--worktree", "rel-wt") == 1  # a relative --worktree
+    state = gitstore.read_state_ref(pygit2.Repository(str(toy_upstream)))
     assert state["worktree"] == str(tmp_path / "rel-wt")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     # the markers are still there: refused as unresolved (exit 1), not "has no worktree to read a resolution from"
-    assert resume(series_dir, upstream) == 1
+    assert resume(toy_series, toy_upstream) == 1
 
 
-def test_continue_after_the_stopped_entry_was_renamed_says_so(series_dir, upstream, tmp_path, capsys):
-    conflicting_release(upstream)
-    assert compose(series_dir, upstream, "v2.0.0", "--worktree", str(tmp_path / "wt")) == 1
-    toml = series_dir / "series.toml"
+def test_continue_after_the_stopped_entry_was_renamed_says_so(toy_series, toy_upstream, tmp_path, capsys):
+    conflicting_release(toy_upstream)
+    assert compose(toy_series, toy_upstream, "v2.0.0", "--worktree", str(tmp_path / "wt")) == 1
+    toml = toy_series / "series.toml"
     toml.write_text(toml.read_text().replace('id = "pr101"', 'id = "pr101-renamed"'))
     capsys.readouterr()
-    assert resume(series_dir, upstream) == 3  # was a KeyError traceback
+    assert resume(toy_series, toy_upstream) == 3  # was a KeyError traceback
     err = capsys.readouterr().err
     assert "stopped at entry 'pr101', which" in err and "no longer has" in err and "--abort" in err
-    assert gitstore.read_state_ref(pygit2.Repository(str(upstream))) is not None  # the run can still go on
+    assert gitstore.read_state_ref(pygit2.Repository(str(toy_upstream))) is not None  # the run can still go on
 
 
-def test_rename_patch(series_dir, upstream, tmp_path):
+def test_rename_patch(toy_series, toy_upstream, tmp_path):
     patch = textwrap.dedent(
         """\
         From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -393,80 +213,80 @@ def test_rename_patch(series_dir, upstream, tmp_path):
         rename to pkg/package.py
         """
     )
-    (series_dir / "patches" / "0002-rename.patch").write_text(patch)
-    with open(series_dir / "series.toml", "a") as fh:
+    (toy_series / "patches" / "0002-rename.patch").write_text(patch)
+    with open(toy_series / "series.toml", "a") as fh:
         fh.write(
             '\n[[entry]]\nid = "rename"\nfile = "patches/0002-rename.patch"\ntitle = "Move"\n'
             'upstream_status = "Inappropriate"\nwhy = "test"\n'
         )
-    assert compose(series_dir, upstream, "v1.0.0") == 0
-    names = git(upstream, "ls-tree", "-r", "--name-only", "compose-101-v1.0.0").splitlines()
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 0
+    names = git(toy_upstream, "ls-tree", "-r", "--name-only", "compose-101-v1.0.0").splitlines()
     assert "pkg/package.py" in names and "pkg/__init__.py" not in names
 
 
-def test_dirty_repo_and_foreign_branch_are_refused(series_dir, upstream):
-    (upstream / "pkg" / "mod.py").write_text("dirty\n")
-    assert compose(series_dir, upstream, "v1.0.0") == 3
-    git(upstream, "checkout", "-q", "--", "pkg/mod.py")
-    git(upstream, "branch", "compose-101-v1.0.0", "v1.1.0")  # someone's own work under our branch name
-    assert compose(series_dir, upstream, "v1.0.0") == 3
-    assert git(upstream, "rev-parse", "compose-101-v1.0.0") == git(upstream, "rev-parse", "v1.1.0")
-    assert compose(series_dir, upstream, "v1.0.0", "--force") == 0
+def test_dirty_repo_and_foreign_branch_are_refused(toy_series, toy_upstream):
+    (toy_upstream / "pkg" / "mod.py").write_text("dirty\n")
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 3
+    git(toy_upstream, "checkout", "-q", "--", "pkg/mod.py")
+    git(toy_upstream, "branch", "compose-101-v1.0.0", "v1.1.0")  # someone's own work under our branch name
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 3
+    assert git(toy_upstream, "rev-parse", "compose-101-v1.0.0") == git(toy_upstream, "rev-parse", "v1.1.0")
+    assert compose(toy_series, toy_upstream, "v1.0.0", "--force") == 0
 
 
-def test_missing_source_offline_names_entry_and_sha(series_dir, upstream, tmp_path, capsys, monkeypatch):
+def test_missing_source_offline_names_entry_and_sha(toy_series, toy_upstream, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("VLLM_COMPOSE_CACHE", str(tmp_path / "empty-cache"))
-    assert compose(series_dir, upstream, "v1.0.0") == 3
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 3
     err = capsys.readouterr().err
     sha = hashlib.sha256(PR_PATCH.encode()).hexdigest()
     assert "pr101" in err and sha in err and "--sources" in err
-    assert "compose-101-v1.0.0" not in git(upstream, "branch", "--list")
+    assert "compose-101-v1.0.0" not in git(toy_upstream, "branch", "--list")
     # and --sources DIR seeds it
     src = tmp_path / "src"
     src.mkdir()
     (src / "pr101.diff").write_text(PR_PATCH)
-    assert compose(series_dir, upstream, "v1.0.0", "--sources", str(src)) == 0
+    assert compose(toy_series, toy_upstream, "v1.0.0", "--sources", str(src)) == 0
 
 
-def test_unknown_tag_offline_is_bad_input(series_dir, upstream, capsys):
-    assert compose(series_dir, upstream, "v9.9.9") == 3
+def test_unknown_tag_offline_is_bad_input(toy_series, toy_upstream, capsys):
+    assert compose(toy_series, toy_upstream, "v9.9.9") == 3
     assert "v9.9.9" in capsys.readouterr().err
 
 
-def test_uninitialized_submodule_dir_is_initialized(series_dir, tmp_path, upstream):
+def test_uninitialized_submodule_dir_is_initialized(toy_series, tmp_path, toy_upstream):
     empty = tmp_path / "fresh"
     empty.mkdir()
     # an empty folder (what an uninitialized submodule looks like) becomes a repository; the tag is then missing
-    assert compose(series_dir, empty, "v1.0.0") == 3
+    assert compose(toy_series, empty, "v1.0.0") == 3
     assert (empty / ".git").exists()
 
 
-def test_pr_pinned_by_commits_is_merged_three_way(series_dir, upstream, tmp_path):
+def test_pr_pinned_by_commits_is_merged_three_way(toy_series, toy_upstream, tmp_path):
     """With the PR's commits in the repository, the entry is a real 3-way merge (base = the PR's parent)."""
-    git(upstream, "checkout", "-q", "v1.0.0")
-    git(upstream, "checkout", "-q", "-b", "pr-101")
-    (upstream / "pkg" / "mod.py").write_text(
+    git(toy_upstream, "checkout", "-q", "v1.0.0")
+    git(toy_upstream, "checkout", "-q", "-b", "pr-101")
+    (toy_upstream / "pkg" / "mod.py").write_text(
         MOD_V1.replace("def greet(name, *, loud=False):", 'def greet(name, *, loud=False, suffix=""):').replace(
             "        text = text.upper()\n    return text",
             "        text = text.upper()\n    if suffix:\n        text += suffix\n    return text",
         )
     )
-    git(upstream, "commit", "-qam", "PR 101")
-    sha = git(upstream, "rev-parse", "HEAD")
-    git(upstream, "checkout", "-q", "--detach", "v1.0.0")
-    toml = (series_dir / "series.toml").read_text()
+    git(toy_upstream, "commit", "-qam", "PR 101")
+    sha = git(toy_upstream, "rev-parse", "HEAD")
+    git(toy_upstream, "checkout", "-q", "--detach", "v1.0.0")
+    toml = (toy_series / "series.toml").read_text()
     start = toml.index("[entry.source]")
     end = toml.index("[[entry]]", start)
-    (series_dir / "series.toml").write_text(toml[:start] + f'[entry.source]\ncommits = ["{sha}"]\n\n' + toml[end:])
+    (toy_series / "series.toml").write_text(toml[:start] + f'[entry.source]\ncommits = ["{sha}"]\n\n' + toml[end:])
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v1.1.0", json_out=out) == 0
+    assert compose(toy_series, toy_upstream, "v1.1.0", json_out=out) == 0
     entry = json.loads(out.read_text())["entries"][0]
     assert entry["method"] == "3-way merge" and entry["status"] == "applied"
-    final = git(upstream, "show", "compose-101-v1.1.0:pkg/mod.py")
+    final = git(toy_upstream, "show", "compose-101-v1.1.0:pkg/mod.py")
     assert final.startswith('"""The toy module."""') and 'suffix=""' in final and "text += suffix" in final
     # v1.2.0 changed the line right below the PR's changed `def` line: git's merge calls that a conflict
     wt = tmp_path / "wt"
-    assert compose(series_dir, upstream, "v1.2.0", "--worktree", str(wt), json_out=out) == 1
+    assert compose(toy_series, toy_upstream, "v1.2.0", "--worktree", str(wt), json_out=out) == 1
     assert "3-way merge conflicts in pkg/mod.py" in json.loads(out.read_text())["entries"][0]["reason"]
     marked = (wt / "pkg" / "mod.py").read_text()
     assert "<<<<<<<" in marked and ">>>>>>>" in marked
@@ -474,22 +294,24 @@ def test_pr_pinned_by_commits_is_merged_three_way(series_dir, upstream, tmp_path
     start, end = marked.index("<<<<<<<"), marked.index("\n", marked.index(">>>>>>>")) + 1
     merged_head = 'def greet(name, *, loud=False, suffix=""):\n    text = "hello, " + name  # comma\n'
     (wt / "pkg" / "mod.py").write_text(marked[:start] + merged_head + marked[end:])
-    rc = resume(series_dir, upstream, json_out=out)
+    rc = resume(toy_series, toy_upstream, json_out=out)
     report = json.loads(out.read_text())
     assert rc == 0, report["message"]
     assert [e["id"] for e in report["entries"]][:2] == ["pr101", "fix-pr101-v1.2.0"]
     assert {h["resolved_by"] for h in report["entries"][0]["hunks"]} == {"fix-pr101-v1.2.0"}
-    final = git(upstream, "show", "compose-101-v1.2.0:pkg/mod.py")
+    final = git(toy_upstream, "show", "compose-101-v1.2.0:pkg/mod.py")
     assert '"hello, " + name  # comma' in final and 'suffix=""' in final and "text += suffix" in final
 
 
-def test_series_diff_matches_entries_by_identity(series_dir, upstream, tmp_path, capsys):
+def test_series_diff_matches_entries_by_identity(toy_series, toy_upstream, tmp_path, capsys):
     for tag in ("v1.0.0", "v1.1.0", "v1.2.0", "v1.3.0"):
-        assert compose(series_dir, upstream, tag) == 0
+        assert compose(toy_series, toy_upstream, tag) == 0
     out = tmp_path / "d.json"
 
     def diff(old, new):
-        rc = main(["series-diff", old, new, "--series", str(series_dir), "--repo", str(upstream), "--json", str(out)])
+        rc = main(
+            ["series-diff", old, new, "--series", str(toy_series), "--repo", str(toy_upstream), "--json", str(out)]
+        )
         assert rc == 0
         return {e["id"]: e for e in json.loads(out.read_text())["entries"]}
 
@@ -505,9 +327,9 @@ def test_series_diff_matches_entries_by_identity(series_dir, upstream, tmp_path,
     assert "dropped" in capsys.readouterr().out
 
 
-def test_no_checks_is_recorded_in_the_report(series_dir, upstream, tmp_path, capsys):
+def test_no_checks_is_recorded_in_the_report(toy_series, toy_upstream, tmp_path, capsys):
     out = tmp_path / "r.json"
-    assert compose(series_dir, upstream, "v1.0.0", "--no-checks", json_out=out) == 0
+    assert compose(toy_series, toy_upstream, "v1.0.0", "--no-checks", json_out=out) == 0
     checks = json.loads(out.read_text())["final_checks"]["checks"]
     # the shape of every check result (a skipped one ran on no file, for no time)
     assert checks == [

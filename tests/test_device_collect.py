@@ -11,13 +11,13 @@ import pytest
 
 pytest.importorskip("numpy", reason="the tiny checkpoint generator needs numpy (see .ci/run)")
 
-from test_tinyglm import CYCLE  # noqa: E402
+from tinyglm_specs import CYCLE  # noqa: E402
 
 from vllm_compose.validation.expected import SpecCounters, expected_tokens, predicted_spec_counters  # noqa: E402
 from vllm_compose.validation.tinyglm import TokenCycle, generate, prompts  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = CYCLE  # the small cycle model of test_tinyglm.py
+SPEC = CYCLE  # the small cycle model (tinyglm_specs.py)
 
 
 def test_collect_judges_cycle_runs_and_keeps_the_failed_runs_log(tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
-from test_compose import MOD_V1, commit_tag, compose, git, series_dir  # noqa: F401 - fixture
+from toy_compose import MOD_V1, commit_tag, compose, git
 
 from vllm_compose.artifacts import precompiled, precompiled_hook
 from vllm_compose.artifacts.branch import open_branch
@@ -108,19 +108,19 @@ def toy_vllm(tmp_path) -> Path:
 
 
 def test_the_branch_ends_with_the_build_setup_and_the_entries_stay_as_they_are(
-    series_dir,  # noqa: F811
+    toy_series,
     toy_vllm,
     stock_wheel,
     capsys,
 ):
-    digest = pin(series_dir, stock_wheel)
-    assert compose(series_dir, toy_vllm, "v1.0.0") == 0
+    digest = pin(toy_series, stock_wheel)
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0
     out = capsys.readouterr().out
     repo = pygit2.Repository(str(toy_vllm))
     tip = repo.revparse_single(BRANCH).peel(pygit2.Commit)
     assert tip.message.startswith("Build over the precompiled stock wheel of vLLM 1.0.0\n")
     assert precompiled.BUILD_TRAILER in tip.message and "Series-Entry" not in tip.message
-    branch = open_branch(toy_vllm, series_dir, "v1.0.0")
+    branch = open_branch(toy_vllm, toy_series, "v1.0.0")
     assert branch.tip.id == tip.id and branch.head.id == tip.parents[0].id
     assert branch.entries == ["pr101", "fix-farewell"]
     assert [e for e, _ in entry_commits(repo, BRANCH, "v1.0.0")] == ["pr101", "fix-farewell"]
@@ -138,8 +138,8 @@ def test_the_branch_ends_with_the_build_setup_and_the_entries_stay_as_they_are(
     assert f"checked out {BRANCH}" in out  # the clean worktree now has the branch, build setup included
 
 
-def test_a_release_without_a_pinned_wheel_gets_no_build_setup_and_says_so(series_dir, toy_vllm, capsys):  # noqa: F811
-    assert compose(series_dir, toy_vllm, "v1.0.0") == 0
+def test_a_release_without_a_pinned_wheel_gets_no_build_setup_and_says_so(toy_series, toy_vllm, capsys):
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0
     assert "no precompiled build setup:" in capsys.readouterr().out
     tip = pygit2.Repository(str(toy_vllm)).revparse_single(BRANCH).peel(pygit2.Commit)
     assert "Series-Entry: fix-farewell" in tip.message
@@ -158,15 +158,15 @@ def run_setup(tree: Path, cache: Path, **env: str) -> subprocess.CompletedProces
 
 
 def test_the_build_takes_the_verified_stock_wheel_labels_the_version_and_leaves_the_tree_clean(
-    series_dir,  # noqa: F811
+    toy_series,
     toy_vllm,
     stock_wheel,
     tmp_path,
     capsys,
 ):
-    digest = pin(series_dir, stock_wheel)
-    assert compose(series_dir, toy_vllm, "v1.0.0") == 0
-    label = open_branch(toy_vllm, series_dir, "v1.0.0").label
+    digest = pin(toy_series, stock_wheel)
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0
+    label = open_branch(toy_vllm, toy_series, "v1.0.0").label
     cache = tmp_path / "user-cache"
     done = run_setup(toy_vllm, cache)
     assert done.returncode == 0, done.stderr
@@ -182,26 +182,26 @@ def test_the_build_takes_the_verified_stock_wheel_labels_the_version_and_leaves_
     assert again.returncode == 0 and "from the cache" in again.stderr and "downloading" not in again.stderr
     # the next release composes (the worktree is clean) and is checked out
     capsys.readouterr()
-    assert compose(series_dir, toy_vllm, "v1.1.0") == 0
+    assert compose(toy_series, toy_vllm, "v1.1.0") == 0
     assert "checked out compose-101-v1.1.0" in capsys.readouterr().out
     assert git(toy_vllm, "rev-parse", "--abbrev-ref", "HEAD") == "compose-101-v1.1.0"
 
 
-def test_without_the_build_setup_the_toy_build_fails_like_a_cuda_build(series_dir, toy_vllm, tmp_path):  # noqa: F811
+def test_without_the_build_setup_the_toy_build_fails_like_a_cuda_build(toy_series, toy_vllm, tmp_path):
     """The control: the toy setup.py is the plain `pip install -e vllm/` failure the issue saw."""
-    assert compose(series_dir, toy_vllm, "v1.0.0") == 0  # no stock-wheels.toml: no build setup
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0  # no stock-wheels.toml: no build setup
     done = run_setup(toy_vllm, tmp_path / "cache")
     assert done.returncode != 0 and "Could NOT find CUDA" in done.stderr
 
 
 def test_a_wheel_with_another_sha256_is_refused_and_nothing_is_kept(
-    series_dir,  # noqa: F811
+    toy_series,
     toy_vllm,
     stock_wheel,
     tmp_path,
 ):
-    pin(series_dir, stock_wheel, sha256="0" * 64)
-    assert compose(series_dir, toy_vllm, "v1.0.0") == 0
+    pin(toy_series, stock_wheel, sha256="0" * 64)
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0
     cache = tmp_path / "user-cache"
     done = run_setup(toy_vllm, cache)
     assert done.returncode != 0
@@ -238,12 +238,12 @@ def test_the_environment_wins_and_use_precompiled_0_steps_aside(tmp_path, stock_
         precompiled_hook.configure(tree, {precompiled_hook.WHEEL_ENV: str(bad)}, logs.append)
 
 
-def test_plain_pip_install_e_builds_over_the_stock_wheel(series_dir, toy_vllm, stock_wheel, tmp_path):  # noqa: F811
+def test_plain_pip_install_e_builds_over_the_stock_wheel(toy_series, toy_vllm, stock_wheel, tmp_path):
     """The user's command itself, `pip install -e vllm/`, with no VLLM_* variable (into a separate prefix; the
     toy needs nothing from an index, so the build runs without isolation and without dependencies)."""
-    pin(series_dir, stock_wheel)
-    assert compose(series_dir, toy_vllm, "v1.0.0") == 0
-    label = open_branch(toy_vllm, series_dir, "v1.0.0").label
+    pin(toy_series, stock_wheel)
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0
+    label = open_branch(toy_vllm, toy_series, "v1.0.0").label
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PIP_"))}
     done = subprocess.run(
         [
@@ -270,11 +270,11 @@ def test_plain_pip_install_e_builds_over_the_stock_wheel(series_dir, toy_vllm, s
     assert git(toy_vllm, "status", "--porcelain") == ""
 
 
-def test_setup_py_without_the_hook_file_builds_as_vllm_does(series_dir, toy_vllm, stock_wheel, tmp_path):  # noqa: F811
+def test_setup_py_without_the_hook_file_builds_as_vllm_does(toy_series, toy_vllm, stock_wheel, tmp_path):
     """An sdist built from the compose tree leaves `.vllm-compose/` out (vLLM's MANIFEST.in): setup.py then runs as
     vLLM's own, instead of failing on a missing file."""
-    pin(series_dir, stock_wheel)
-    assert compose(series_dir, toy_vllm, "v1.0.0") == 0
+    pin(toy_series, stock_wheel)
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0
     (toy_vllm / ".vllm-compose" / "precompiled.py").unlink()
     done = run_setup(toy_vllm, tmp_path / "cache")
     assert done.returncode != 0 and "Could NOT find CUDA" in done.stderr and "FileNotFoundError" not in done.stderr

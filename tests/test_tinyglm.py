@@ -12,6 +12,8 @@ import pytest
 
 np = pytest.importorskip("numpy", reason="the tiny checkpoint generator needs numpy (see .ci/run)")
 
+from tinyglm_specs import CYCLE, SMALL  # noqa: E402
+
 from vllm_compose.validation.tinyglm import (  # noqa: E402
     DRAFT_PATHS,
     SPECIAL_TOKENS,
@@ -28,21 +30,6 @@ from vllm_compose.validation.tinyglm import (  # noqa: E402
     stage_layers,
     tensor_layout,
     to_bf16_bits,
-)
-
-#: small enough to write in milliseconds, keeping the widths the kernels fix (576-wide latent, 128-wide indexer head)
-SMALL = TinyGlmSpec(
-    vocab_size=64,
-    hidden_size=64,
-    intermediate_size=96,
-    moe_intermediate_size=32,
-    num_attention_heads=2,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    q_lora_rank=32,
-    index_n_heads=4,
-    index_topk=16,
-    num_hidden_layers=4,
 )
 
 
@@ -202,8 +189,6 @@ def test_prompts_are_fixed_token_ids_clear_of_special_tokens():
 
 
 # --- the cycle model: greedy decoding and MTP drafts designed in advance -------------------------------------------
-
-CYCLE = TinyGlmSpec(**{**SMALL.__dict__, "weights": "cycle", "vocab_size": 64, "hidden_size": 64})
 
 
 def _bf16(x):
