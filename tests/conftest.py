@@ -171,6 +171,30 @@ def release_tree(tmp_path_factory, tag: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_pr_diffs(tmp_path_factory) -> tuple[Path, Path]:
+    """The two pinned upstream PR diffs (#46994, #38476) as files named as their URLs name them
+    (`pr46994-vllm-only.diff`, ...), from the user's (or CI's) cache by the sha256 series.toml pins. Skips, saying
+    how to seed the cache, when one is not there."""
+    from vllm_compose.series import load_series
+
+    cache = Cache(REAL_CACHE_ROOT)
+    folder = tmp_path_factory.mktemp("pr-diffs")
+    out = []
+    for entry_id in ("pr46994", "pr38476"):
+        src = load_series(Path(__file__).resolve().parent.parent / "series").entry(entry_id).source
+        blob = cache.get_path(src.sha256)
+        if blob is None:
+            pytest.skip(
+                f"the pinned diff of {entry_id} (sha256 {src.sha256}) is not in the cache: seed it once with "
+                "scripts/rebase_series.py --onto v0.26.0 --sources DIR"
+            )
+        dest = folder / src.url.rsplit("/", 1)[-1]
+        dest.write_bytes(blob.read_bytes())
+        out.append(dest)
+    return out[0], out[1]
+
+
+@pytest.fixture(scope="session")
 def release_v0260(tmp_path_factory) -> Path:
     """vLLM 0.26.0 as its PyPI sdist unpacks (setup.py, vllm/, ...), imported once per test session."""
     return release_tree(tmp_path_factory, "v0.26.0")

@@ -19,10 +19,6 @@ CASES = Path(__file__).parent / "cases" / "audit"
 GNU_PATCH = shutil.which("patch")
 HAZARDS = ("kwarg-after-call", "param-as-body", "block-in-unrelated-function", "wrong-branch")
 
-V0260 = Path("/tmp/v0260/vllm-0.26.0")
-PR46994 = Path("/tmp/sources/pr46994-vllm-only.diff")
-PR38476 = Path("/tmp/sources/pr38476-vllm-only.diff")
-
 
 def gnu_patch(tree: Path, patch_file: Path) -> None:
     """Apply like the old Docker recipe did: `patch -p1 --fuzz=3`, skipping already-applied hunks, no rejects."""
@@ -145,12 +141,11 @@ def test_git_revisions(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def real_application(tmp_path_factory):
+def real_application(tmp_path_factory, release_v0260, real_pr_diffs):
+    """The two pinned PR diffs applied by GNU patch --fuzz=3 onto vLLM 0.26.0 (its sdist, through the cache), audited."""
     if GNU_PATCH is None:
         pytest.skip("GNU patch is not installed")
-    missing = [str(p) for p in (V0260, PR46994, PR38476) if not p.exists()]
-    if missing:
-        pytest.skip(f"real data absent: {', '.join(missing)}")
+    V0260, (PR46994, PR38476) = release_v0260, real_pr_diffs
     patches = [parse_patch(p.read_bytes(), p.name) for p in (PR46994, PR38476)]
     root = tmp_path_factory.mktemp("v0260-patched")
     # only the files the patches touch: a full copy of the sdist tree is 100+ MB
@@ -172,15 +167,16 @@ def _find(report, patch: str, file_suffix: str, hunk: int):
 
 
 @pytest.mark.slow
+@pytest.mark.sdist
 def test_real_known_misplacements(real_application) -> None:
     report = real_application
     assert not report.ok
     spec = "v1/worker/gpu/spec_decode/autoregressive/speculator.py"
     for patch, path, hunk in [
-        (PR46994.name, spec, 4),
-        (PR46994.name, spec, 9),
-        (PR38476.name, "model_executor/layers/sparse_attn_indexer.py", 3),
-        (PR38476.name, "platforms/cuda.py", 1),
+        ("pr46994-vllm-only.diff", spec, 4),
+        ("pr46994-vllm-only.diff", spec, 9),
+        ("pr38476-vllm-only.diff", "model_executor/layers/sparse_attn_indexer.py", 3),
+        ("pr38476-vllm-only.diff", "platforms/cuda.py", 1),
     ]:
         h = _find(report, patch, path, hunk)
         assert h.verdict is AuditVerdict.MISPLACED, (path, hunk, h.reason)
@@ -188,16 +184,18 @@ def test_real_known_misplacements(real_application) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sdist
 def test_real_failed_hunks(real_application) -> None:
     for hunk in (4, 5, 6):
-        h = _find(real_application, PR38476.name, "model_executor/layers/sparse_attn_indexer.py", hunk)
+        h = _find(real_application, "pr38476-vllm-only.diff", "model_executor/layers/sparse_attn_indexer.py", hunk)
         assert h.verdict is AuditVerdict.FAILED, h.reason
         assert h.landed_at is None
 
 
 @pytest.mark.slow
-def test_real_every_hunk_has_a_verdict(real_application) -> None:
-    patches = [parse_patch(p.read_bytes(), p.name) for p in (PR46994, PR38476)]
+@pytest.mark.sdist
+def test_real_every_hunk_has_a_verdict(real_application, real_pr_diffs) -> None:
+    patches = [parse_patch(p.read_bytes(), p.name) for p in real_pr_diffs]
     assert len(real_application.hunks) == sum(p.hunk_count for p in patches)
     assert real_application.summary["misplaced"] >= 4
 

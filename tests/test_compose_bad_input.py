@@ -126,7 +126,7 @@ def test_bad_input_cases_are_counted():
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input(case, toy_series, toy_upstream, capsys): - pytest fixtures
+def test_bad_input(case, toy_series, toy_upstream, capsys):
     spec = CASES[case](toy_series, toy_upstream)
     toml_before = (toy_series / "series.toml").read_bytes()
     code, needle = spec[0], spec[1]

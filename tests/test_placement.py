@@ -14,10 +14,6 @@ from vllm_compose.placement import Verdict, place_file, place_hunk
 CASES = Path(__file__).parent / "cases" / "placement"
 CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir()) if CASES.is_dir() else []
 
-V0260 = Path("/tmp/v0260/vllm-0.26.0")
-PR46994 = Path("/tmp/sources/pr46994-vllm-only.diff")
-PR38476 = Path("/tmp/sources/pr38476-vllm-only.diff")
-
 
 def _one(folder: Path, stem: str) -> Path | None:
     found = sorted(folder.glob(f"{stem}.*"))
@@ -84,18 +80,11 @@ def test_no_context_hunk_on_nonempty_target_conflicts() -> None:
     assert "no context" in p.evidence
 
 
-def _real_data_available() -> bool:
-    return V0260.is_dir() and PR46994.is_file() and PR38476.is_file()
-
-
-@pytest.mark.skipif(
-    not _real_data_available(),
-    reason="needs /tmp/v0260/vllm-0.26.0 and /tmp/sources/pr*.diff "
-    "(the unpacked vLLM 0.26.0 sdist and the two pinned upstream PR diffs)",
-)
-def test_real_prs_onto_vllm_0_26_0() -> None:
+@pytest.mark.sdist
+def test_real_prs_onto_vllm_0_26_0(release_v0260: Path, real_pr_diffs: tuple[Path, Path]) -> None:
     """The four hunks GNU `patch --fuzz=3` misplaced are placed right or conflict (each as its evidence says); the
     rest place; all parse."""
+    V0260, (PR46994, PR38476) = release_v0260, real_pr_diffs
     files: dict[str, str] = {}
     verdicts: dict[tuple[str, int], object] = {}
     for diff in (PR46994, PR38476):
