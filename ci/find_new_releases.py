@@ -3,7 +3,9 @@
 
 The newest composed release is recorded in `ci/composed.json` (`{"composed": ["v0.26.0", ...]}`); the scheduled
 workflow adds a tag there once its compose is published. Pre-releases and yanked releases are left out.
-`--pypi-json FILE` reads the project JSON (https://pypi.org/pypi/vllm/json) from a file (tests, mirrors).
+The releases come from the package index pip is configured to use, through the package's one network layer
+(`vllm_compose.index`: PEP 691 JSON or PEP 503 HTML, yanked files left out); `--pypi-json FILE` reads PyPI's project
+JSON (https://pypi.org/pypi/vllm/json) from a file instead (tests, offline).
 With $GITHUB_OUTPUT set, also writes `tags=<JSON list>` there for a job matrix.
 """
 
@@ -13,12 +15,12 @@ import argparse
 import json
 import os
 import sys
-import urllib.request
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-PYPI_JSON = "https://pypi.org/pypi/vllm/json"
+from vllm_compose import index
+from vllm_compose.errors import ComposeError
 
 
 def new_releases(project: dict, composed: list[str]) -> list[str]:
@@ -37,6 +39,15 @@ def new_releases(project: dict, composed: list[str]) -> list[str]:
     return [f"v{v}" for v in sorted(found)]
 
 
+def index_releases(index_url: str) -> dict:
+    """The project's releases as the package index lists them, in the shape of PyPI's project JSON
+    (`{"releases": {version: [files]}}`, yanked files left out)."""
+    releases: dict[str, list[dict]] = {}
+    for f in index.list_index_files(index_url):
+        releases.setdefault(str(f.version), []).append({"filename": f.filename, "yanked": False})
+    return {"releases": releases}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--composed", type=Path, default=Path(__file__).with_name("composed.json"))
@@ -45,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.pypi_json:
         project = json.loads(args.pypi_json.read_text())
     else:
-        with urllib.request.urlopen(PYPI_JSON, timeout=60) as response:  # noqa: S310 (fixed https URL)
-            project = json.load(response)
+        try:
+            project = index_releases(index.pip_index_url())
+        except ComposeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
     composed = json.loads(args.composed.read_text()).get("composed", [])
     tags = new_releases(project, composed)
     print("\n".join(tags))

@@ -53,6 +53,29 @@ def test_new_releases_after_newest_composed() -> None:
     assert find_new_releases.new_releases(FAKE_PYPI, ["v0.27.0"]) == []
 
 
+def test_find_new_releases_asks_the_configured_index_through_the_network_layer(
+    fake_http, monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror.invalid/simple")
+    files = [
+        {"filename": "vllm-0.26.0.tar.gz", "url": "f/vllm-0.26.0.tar.gz", "hashes": {}},
+        {"filename": "vllm-0.27.0.tar.gz", "url": "f/vllm-0.27.0.tar.gz", "hashes": {}},
+        {"filename": "vllm-0.27.1.tar.gz", "url": "f/vllm-0.27.1.tar.gz", "hashes": {}, "yanked": True},
+        {"filename": "vllm-0.28.0rc1.tar.gz", "url": "f/vllm-0.28.0rc1.tar.gz", "hashes": {}},
+    ]
+    page = "https://mirror.invalid/simple/vllm/"
+    fake_http.serve(page, json.dumps({"files": files}).encode(), "application/vnd.pypi.simple.v1+json")
+    composed = tmp_path / "composed.json"
+    composed.write_text('{"composed": ["v0.26.0"]}')
+    assert find_new_releases.main(["--composed", str(composed)]) == 0
+    assert capsys.readouterr().out.split() == ["v0.27.0"]
+    assert fake_http.requests == [page]
+    # the index unreachable: a clear error and the bad-input exit code, no traceback
+    fake_http.routes.clear()
+    assert find_new_releases.main(["--composed", str(composed)]) == 3
+    assert "cannot read the package index" in capsys.readouterr().err
+
+
 def test_find_new_releases_writes_github_output(tmp_path, monkeypatch, capsys) -> None:
     pypi = tmp_path / "vllm.json"
     pypi.write_text(json.dumps(FAKE_PYPI))
