@@ -1,4 +1,4 @@
-"""The CI scripts under ci/ run locally on fake PyPI data and a toy compose; the workflow files only call them."""
+"""The CI scripts under release-ci/ run locally on fake PyPI data and a toy compose; the workflow files only call them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import toy_vllm as toy
 
 
 def run_compose_release(series: Path, repo: Path, out: Path, tmp_path: Path, *extra: str) -> int:
-    """`ci/compose_release.py` on the toy release, offline from the test's sources folder."""
+    """`release-ci/compose_release.py` on the toy release, offline from the test's sources folder."""
     argv = [toy.TAG, "--series", str(series), "--repo", str(repo), "--out", str(out)]
     return compose_release.main([*argv, "--sources", str(tmp_path / "sources"), "--offline", *extra])
 
@@ -28,7 +28,7 @@ def _tool(name: str) -> str | None:
 yaml = pytest.importorskip("yaml", reason="PyYAML not installed (add it to the test extra)")
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "release-ci"))
 
 import compose_release  # noqa: E402
 import find_new_releases  # noqa: E402
@@ -89,7 +89,7 @@ def test_find_new_releases_writes_github_output(tmp_path, monkeypatch, capsys) -
 
 
 def test_the_checked_in_record_names_a_composed_release() -> None:
-    composed = json.loads((ROOT / "ci" / "composed.json").read_text())["composed"]
+    composed = json.loads((ROOT / "release-ci" / "composed.json").read_text())["composed"]
     assert composed and all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in composed)
 
 
@@ -176,15 +176,20 @@ def test_workflows_only_call_ci_scripts(path: Path) -> None:
     runs = [s["run"] for job in data["jobs"].values() for s in job["steps"] if "run" in s]
     assert runs
     for run in runs:
-        assert re.match(r"(bash \.ci/run|python ci/[a-z_]+\.py|python -m pip install )", run), run
-        for script in re.findall(r"ci/[a-z_]+\.py", run):
+        assert re.match(r"(bash \.ci/run|python release-ci/[a-z_]+\.py|python -m pip install )", run), run
+        for script in re.findall(r"release-ci/[a-z_]+\.py", run):
             assert (ROOT / script).is_file(), script
 
 
 @pytest.mark.skipif(_tool("check-jsonschema") is None, reason="check-jsonschema not installed")
 def test_workflows_match_the_schema() -> None:
     proc = subprocess.run(
-        [_tool("check-jsonschema"), "--schemafile", str(ROOT / "ci" / "workflow-schema.json"), *map(str, WORKFLOWS)],
+        [
+            _tool("check-jsonschema"),
+            "--schemafile",
+            str(ROOT / "release-ci" / "workflow-schema.json"),
+            *map(str, WORKFLOWS),
+        ],
         capture_output=True,
         text=True,
     )

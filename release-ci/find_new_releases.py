@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Print the vLLM releases on PyPI newer than the newest composed one (ci/composed.json), oldest first.
+"""Print the vLLM releases on PyPI newer than the newest composed one (release-ci/composed.json), oldest first.
 
-The newest composed release is recorded in `ci/composed.json` (`{"composed": ["v0.26.0", ...]}`); the scheduled
+The newest composed release is recorded in `release-ci/composed.json` (`{"composed": ["v0.26.0", ...]}`); the scheduled
 workflow adds a tag there once its compose is published. Pre-releases and yanked releases are left out.
 The releases come from the package index pip is configured to use, through the package's one network layer
 (`vllm_compose.index`: PEP 691 JSON or PEP 503 HTML, yanked files left out); `--pypi-json FILE` reads PyPI's project
