@@ -175,3 +175,18 @@ def test_gate_results_serialize_for_the_report(tree):
         "ok": True,
         "error": None,
     }
+
+
+def test_kernel_gate_command_names_each_failing_kernel_and_target(tmp_path, capsys):
+    """`vllm-compose kernel-gate RECORDS TREE` (and kernels/gate.py, which runs it): a tree without the recorded
+    kernel's module fails that kernel for both targets, exit 1, and `--json` keeps one result per record x target."""
+    from vllm_compose.cli import main
+
+    out = tmp_path / "gate.json"
+    rc = main(["kernel-gate", str(KERNELS / "stock-v0.26.0-sm80.json"), str(tmp_path), "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 1
+    assert "FAIL _fused_indexer_q_rope_quant_kernel sm_80 x1:" in text and "0 passed, 2 failed" in text
+    assert [(r["qualname"], r["ok"]) for r in json.loads(out.read_text())] == [
+        ("_fused_indexer_q_rope_quant_kernel", False)
+    ] * 2

@@ -175,6 +175,10 @@ def _parser() -> argparse.ArgumentParser:
     ag.add_argument("--stock", action="store_true", help="gate the release tag itself, not its compose branch")
     ag.add_argument("--tree", type=Path, metavar="DIR", help="gate a plain folder holding vllm/ instead")
     ag.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
+    kg = sub.add_parser("kernel-gate", help="compile recorded Triton kernels (kernels/*.json) of a tree for sm_80/86")
+    kg.add_argument("records", type=Path, help="a kernels/*.json file of recorded launches")
+    kg.add_argument("tree", type=Path, help="the folder that holds the vllm/ package of the tree to gate")
+    kg.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
     _artifact_parsers(sub)
     return p
 
@@ -267,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             "series-diff": _series_diff,
             "ampere-path": _ampere_path,
             "ampere-gate": _ampere_gate,
+            "kernel-gate": _kernel_gate,
             "wheel": _wheel,
             "editable": _editable,
             "image-overlay": _image_overlay,
@@ -596,6 +601,17 @@ def _ampere_gate(args) -> int:
     if args.json:
         write_report(args.json, report)
     return ExitCode.OK if report.ok else ExitCode.CONFLICT
+
+
+def _kernel_gate(args) -> int:
+    from .report import write_json
+    from .validation.kernel_gate import load_records, render_results, run_gate
+
+    results = run_gate(load_records(args.records), args.tree)
+    print(render_results(results), end="")
+    if args.json:
+        write_json(args.json, [r.to_dict() for r in results])
+    return ExitCode.OK if all(r.ok for r in results) else ExitCode.CONFLICT
 
 
 def _series_diff(args) -> int:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .status import ReleaseStatus
 
 
-def write_json(path: str | os.PathLike, data: dict) -> None:
+def write_json(path: str | os.PathLike, data: dict | list) -> None:
     """Write `data` as JSON to `path` atomically (temp file + rename): a report is whole or absent."""
     path = Path(path)
     try:

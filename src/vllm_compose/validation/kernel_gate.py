@@ -16,6 +16,7 @@ from __future__ import annotations
 import __future__
 
 import ast
+import collections
 import json
 import sys
 import types
@@ -405,3 +406,12 @@ def run_gate(
                 reason = next((ln for ln in lines if "not supported" in ln), lines[0] if lines else "")
                 results.append(GateResult(rec["module"], rec["qualname"], cc, False, reason))
     return results
+
+
+def render_results(results: list[GateResult]) -> str:
+    """One line per failing kernel, target and error (with how many records failed so), then the totals."""
+    failed = [r for r in results if not r.ok]
+    by_kernel = collections.Counter((r.qualname, f"sm_{r.target}", r.error) for r in failed)
+    lines = [f"FAIL {name} {target} x{n}: {error}" for (name, target, error), n in sorted(by_kernel.items())]
+    lines.append(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return "\n".join(lines) + "\n"
