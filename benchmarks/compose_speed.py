@@ -53,7 +53,6 @@ def main() -> int:
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
 
-    sys.path.insert(0, str(ROOT / "src"))
     from vllm_compose.cache import Cache, default_cache_root
     from vllm_compose.series import load_series
 
