@@ -17,7 +17,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from toy_wheel import OLD_INFO, SOURCE_FILES, STOCK_NAME, VERSION_PY, make_stock_wheel, record_hash
+from toy_vllm import record_hash
+from toy_wheel import OLD_INFO, SOURCE_FILES, STOCK_NAME, VERSION_PY, make_stock_wheel
 
 from vllm_compose.artifacts import wheel as wheel_mod
 from vllm_compose.artifacts.editable import editable_install

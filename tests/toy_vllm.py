@@ -145,8 +145,18 @@ def make_release_repo(work: Path) -> Path:
     return work
 
 
-def _record_hash(data: bytes) -> str:
+def record_hash(data: bytes) -> str:
+    """A RECORD row's hash of `data` (`sha256=<urlsafe base64, unpadded>`)."""
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def with_record(members: dict[str, bytes], info: str) -> dict[str, bytes]:
+    """`members` plus `<info>RECORD` listing each of them with its hash and size (and itself without either)."""
+    rows = [(name, record_hash(data), str(len(data))) for name, data in members.items()]
+    rows.append((info + "RECORD", "", ""))
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return {**members, info + "RECORD": buf.getvalue().encode()}
 
 
 def make_site_packages(folder: Path) -> Path:
@@ -156,11 +166,7 @@ def make_site_packages(folder: Path) -> Path:
     info = f"vllm-{VERSION}.dist-info/"
     members[info + "METADATA"] = f"Metadata-Version: 2.4\nName: vllm\nVersion: {VERSION}\n\n# vLLM\n".encode()
     members[info + "INSTALLER"] = b"pip\n"
-    rows = [(name, _record_hash(data), str(len(data))) for name, data in members.items()]
-    rows.append((info + "RECORD", "", ""))
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(rows)
-    members[info + "RECORD"] = buf.getvalue().encode()
+    members = with_record(members, info)
     for name, data in members.items():
         p = folder / name
         p.parent.mkdir(parents=True, exist_ok=True)

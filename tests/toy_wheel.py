@@ -4,13 +4,11 @@ the wheel, artifact and CI tests; and the Ampere gate report those tests stand i
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 import os
 import zipfile
 from pathlib import Path
+
+from toy_vllm import with_record
 
 from vllm_compose.artifacts import wheel as wheel_mod
 
@@ -40,10 +38,6 @@ SOURCE_FILES = {
 SHARED_OBJECT = os.urandom(2 * wheel_mod.CHUNK_SIZE + 4321) + b"\0" * 100_000
 
 
-def record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def make_stock_wheel(folder: Path, tamper: dict[str, bytes] | None = None) -> Path:
     """A wheel shaped like vLLM's: package files, a shared object, dist-info with a RECORD.
 
@@ -59,11 +53,7 @@ def make_stock_wheel(folder: Path, tamper: dict[str, bytes] | None = None) -> Pa
         b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp38-abi3-linux_x86_64\n"
     )
     members[OLD_INFO + "entry_points.txt"] = b"[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n"
-    rows = [(name, record_hash(data), str(len(data))) for name, data in members.items()]
-    rows.append((OLD_INFO + "RECORD", "", ""))
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(rows)
-    members[OLD_INFO + "RECORD"] = buf.getvalue().encode()
+    members = with_record(members, OLD_INFO)
     for name, data in (tamper or {}).items():
         members[name] = data
     path = folder / STOCK_NAME
