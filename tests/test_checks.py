@@ -1,4 +1,4 @@
-"""Tests for checks.py: case folders under tests/data/checks (stock tree, composed tree, expected verdicts), plus the
+"""Tests for checks.py: case folders under tests/cases/checks (stock tree, composed tree, expected verdicts), plus the
 import-smoke behaviour and the report format, and a real-data run on the vLLM 0.26.0 sdist when it is present."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from vllm_compose import checks
 from vllm_compose.checks import CheckReport, module_name, run_checks
 from vllm_compose.trees import DirTree, OverlayTree
 
-CASES = Path(__file__).parent / "data" / "checks"
+CASES = Path(__file__).parent / "cases" / "checks"
 
 
 def _case_ids() -> list[str]:
@@ -43,7 +43,7 @@ def test_case(case: str) -> None:
 
 
 def test_undefined_helper_message_names_file_line_entry() -> None:
-    folder = CASES / "undefined_helper"
+    folder = CASES / "undefined-helper"
     report = run_checks(DirTree(folder / "stock"), DirTree(folder / "composed"), ["pkg/indexer.py"], entry_id="pr38476")
     (finding,) = report.result("undefined-names").findings
     assert str(finding) == (
@@ -53,7 +53,7 @@ def test_undefined_helper_message_names_file_line_entry() -> None:
 
 
 def test_syntax_error_message() -> None:
-    folder = CASES / "syntax_error"
+    folder = CASES / "syntax-error"
     report = run_checks(DirTree(folder / "stock"), DirTree(folder / "composed"), ["pkg/speculator.py"])
     (finding,) = report.result("compile").findings
     assert finding.message.startswith("IndentationError") or finding.message.startswith("SyntaxError")
@@ -131,7 +131,7 @@ def test_module_name() -> None:
 
 
 def test_report_json_roundtrip() -> None:
-    folder = CASES / "undefined_helper"
+    folder = CASES / "undefined-helper"
     report = run_checks(
         DirTree(folder / "stock"),
         DirTree(folder / "composed"),

@@ -20,7 +20,7 @@ def test_project_config_runs_ruff_and_skips_deliberately_bad_code() -> None:
     ids = {h["id"] for repo in config["repos"] for h in repo["hooks"]}
     assert {"ruff", "ruff-format"} <= ids
     excluded = re.compile(config["exclude"])
-    assert excluded.search("tests/data/checks/bad.py") and excluded.search("tests/cases/x/stock.py")
+    assert excluded.search("tests/cases/checks/bad.py") and excluded.search("tests/cases/x/stock.py")
     assert not excluded.search("tests/test_ci.py")
 
 

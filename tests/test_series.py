@@ -1,12 +1,12 @@
-"""The series model: every case folder under `cases/series/` is loaded and checked against its `expect.toml`.
+"""The series model: every case folder under `cases/series/` is loaded and checked against its `expected.json`.
 
-A case's `expect.toml` holds either `[error]` (the `SeriesError`'s key, entry and a message fragment) or `[ok]`
+A case's `expected.json` holds either `[error]` (the `SeriesError`'s key, entry and a message fragment) or `[ok]`
 (the entries, kinds, branch name, and which entries apply to a few tags).
 """
 
 from __future__ import annotations
 
-import tomllib
+import json
 from pathlib import Path
 
 import pytest
@@ -15,14 +15,14 @@ from vllm_compose.errors import ExitCode, SeriesError
 from vllm_compose.series import Resolve, Source, load_series, version_of_tag
 
 CASES = Path(__file__).parent / "cases" / "series"
-CASE_NAMES = sorted(p.name for p in CASES.iterdir() if (p / "expect.toml").is_file())
-ERROR_CASES = [n for n in CASE_NAMES if "error" in tomllib.loads((CASES / n / "expect.toml").read_text())]
+CASE_NAMES = sorted(p.name for p in CASES.iterdir() if (p / "expected.json").is_file())
+ERROR_CASES = [n for n in CASE_NAMES if "error" in json.loads((CASES / n / "expected.json").read_text())]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_series_case(name):
     case = CASES / name
-    expect = tomllib.loads((case / "expect.toml").read_text())
+    expect = json.loads((case / "expected.json").read_text())
     if "error" in expect:
         want = expect["error"]
         with pytest.raises(SeriesError) as exc:
