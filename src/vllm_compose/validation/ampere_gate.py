@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..trees import DirTree
+from .impl_contract import BackendContract, Verdict, impl_contracts
 from .kernel_gate import GateResult, load_records, run_gate
 from .kernel_launches import Derivation, DriverOutcome, derive_launches, release_loader
 
@@ -69,10 +71,17 @@ class AmpereGateReport:
     drivers: dict[str, list[DriverOutcome]] = field(default_factory=dict)
     derived: dict[str, int] = field(default_factory=dict)
     coverage: dict[str, Any] | None = None
+    #: the methods the DSA path calls on an impl, against each Ampere sparse-MLA backend's impl (`impl_contract`)
+    contracts: list[BackendContract] = field(default_factory=list)
+
+    @property
+    def missing_methods(self) -> list[tuple[str, str, str]]:
+        """(backend, method, first call site) for each method an impl lacks that the path calls unconditionally."""
+        return [(c.backend, a.name, a.sites[0].site) for c in self.contracts for a in c.missing]
 
     @property
     def ok(self) -> bool:
-        return bool(self.kernels) and all(k.ok for k in self.kernels)
+        return bool(self.kernels) and all(k.ok for k in self.kernels) and not self.missing_methods
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +91,22 @@ class AmpereGateReport:
             "drivers": {cap: [o.to_dict() for o in outs] for cap, outs in self.drivers.items()},
             "specializations": self.derived,
             "coverage": self.coverage,
+            "impl_contracts": [
+                {
+                    "backend": c.backend,
+                    "impl": c.impl,
+                    "unresolved_bases": c.unresolved_bases,
+                    "methods": {
+                        a.name: {
+                            "verdict": a.verdict.value,
+                            "defined_in": a.defined_in,
+                            "sites": [{"site": x.site, "condition": x.condition} for x in a.sites],
+                        }
+                        for a in c.answers
+                    },
+                }
+                for c in self.contracts
+            ],
         }
 
 
@@ -113,6 +138,7 @@ def gate_tree(
         report.drivers[f"sm_{target}"] = derivation.outcomes
         report.derived[f"sm_{target}"] = len(derivation.records)
     report.kernels.sort(key=lambda k: (k.module, k.qualname, k.target))
+    report.contracts = impl_contracts(DirTree(tree))
     return report
 
 
@@ -199,10 +225,12 @@ def require_gate(tree: Path, label: str) -> AmpereGateReport:
     report = gate_tree(Path(tree), label=label)
     if not report.ok:
         failed = sorted({f"{k.qualname} (sm_{k.target}): {k.reason}" for k in report.kernels if not k.ok})
+        failed += [f"{b}'s impl has no {m}(), which {site} calls" for b, m, site in report.missing_methods]
         shown = "; ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
         raise RefusedError(
             f"{label} fails the Ampere gate: {shown}",
-            hint="add a skew-fix entry that makes the kernel compile below sm_89 and compose again; "
+            hint="add a skew-fix entry that makes the kernel compile below sm_89 (or gives the impl the method) and "
+            "compose again; "
             "`vllm-compose ampere-gate` shows every kernel; no artifact was built",
         )
     return report
@@ -229,10 +257,21 @@ def render(report: AmpereGateReport) -> str:
         lines.append(
             f"  {c['outside_dsa_path']} recorded kernels (model runner, sampler) are outside the DSA path: not derived"
         )
+    for c in report.contracts:
+        answered = sum(a.verdict is Verdict.OK for a in c.answers)
+        lines.append(f"impl contract {c.backend} ({c.impl}): {answered} of {len(c.answers)} methods the path calls")
+        for a in c.answers:
+            if a.verdict is not Verdict.OK:
+                where = ", ".join(x.site + (f" if {x.condition}" if x.condition else "") for x in a.sites)
+                lines.append(f"  {a.verdict.value}: impl.{a.name}() at {where}")
     kernels = Counter(k.ok for k in report.kernels)
     specs = ", ".join(f"{n} specializations for {t}" for t, n in report.derived.items())
     verdict = "PASS" if report.ok else "FAIL"
-    lines.append(f"{verdict}: {report.label}: {kernels[True]} kernel x target compile, {kernels[False]} fail ({specs})")
+    missing = len(report.missing_methods)
+    lines.append(
+        f"{verdict}: {report.label}: {kernels[True]} kernel x target compile, {kernels[False]} fail ({specs})"
+        + (f"; {missing} impl method(s) MISSING" if missing else "")
+    )
     return "\n".join(lines) + "\n"
 
 
