@@ -36,8 +36,24 @@ def test_every_row_says_audit_checks_gate_with_stock_and_gpu_runs():
     head, _, *rows = table.splitlines()
     assert head.startswith("| tag | composed | audit | checks of the composed tree | Ampere gate")
     assert "| v0.26.0 | yes | clean | compile: pass |" in rows[0]
-    assert "pass (1 kernel x arch, 3 specializations); stock: FAIL (1: _fused_q_kernel)" in rows[0]
+    assert (
+        "pass (1 kernel x arch, 3 specializations; impl answers 0 methods); stock: FAIL (1: _fused_q_kernel)" in rows[0]
+    )
     assert "as predicted: PP2+MTP2 (4 runs, sm_80 paths forced in 4; 1 sessions)" in rows[0]
     assert "not run (triton is not installed); stock: not run (triton is not installed) | none |" in rows[1]
     assert "| v0.34.0 | **conflict** | — |" in rows[2] and "not run; stock: FAIL (1: _k)" in rows[2]
     assert "- v0.34.0: stopped at fix-x" in table
+
+
+def test_a_gate_whose_impl_lacks_a_method_the_path_calls_fails_and_names_it():
+    from vllm_compose.validation.impl_contract import BackendContract, ImplAnswer, ImplCall, Verdict
+
+    gate = _gate()
+    call = ImplCall("record_logical_topk_ready", "vllm/models/deepseek_v32/attention.py:520", None)
+    ok = ImplAnswer("forward_mqa", Verdict.OK, [ImplCall("forward_mqa", "a.py:1", None)], "x.py:Impl")
+    gate.contracts = [
+        BackendContract("TRITON_MLA_SPARSE", "x.py:Impl", [ok, ImplAnswer(call.name, Verdict.MISSING, [call], None)])
+    ]
+    assert not gate.ok
+    table = render_status([ReleaseStatus(_compose("v0.33.0"), gate=gate, stock_gate=_gate())])
+    assert "FAIL (1: impl.record_logical_topk_ready() missing); stock: pass" in table
