@@ -219,6 +219,10 @@ class Composer:
             if self.stopped is not None:
                 self.result.entries.append(EntryOutcome(entry.id, entry.title, EntryStatus.NOT_REACHED))
                 continue
+            without = self._dropped_with(entry)
+            if without is not None:
+                self.result.entries.append(EntryOutcome(entry.id, entry.title, EntryStatus.SKIPPED, reason=without))
+                continue
             step = replay_entry(self.repo, self.head, entry, self.patches[entry.id], self.carried, self.tag)
             self.result.entries.append(step.outcome)
             if step.outcome.status in STOPPING:
@@ -233,6 +237,42 @@ class Composer:
             self.committed.append(_Committed(step.outcome, self.head, commit, placed_only(step.patch, step.outcome)))
             self.head = commit
         self.result.head = str(self.head.id)
+
+    def _not_applied(self) -> dict[str, str]:
+        """Entry id -> why this compose did not apply it (tags, upstream, dropped with another), so far."""
+        return {
+            o.id: (o.reason or o.status.value)
+            for o in self.result.entries
+            if o.status in (EntryStatus.SKIPPED, EntryStatus.DROPPED_UPSTREAM)
+        }
+
+    def _dropped_with(self, entry) -> str | None:
+        """Why `entry` goes out with an entry this compose does not apply, or None. A fix whose `resolves` name only
+        hunks of entries that are not applied (upstream, or outside their tags) re-targets content that is not there:
+        applied anyway it would land somewhere else (issue 15's v0.30.0 finding). An entry whose `requires` names an
+        entry that is not applied goes too. Raises `SeriesError` where dropping would lose hunks a fix carries for an
+        entry that is applied."""
+        gone = self._not_applied()
+        targets = {r.entry for r in entry.resolves}
+        if targets and targets <= set(gone):
+            why = "; ".join(f"{t}: {gone[t]}" for t in sorted(targets))
+            return f"dropped with {', '.join(sorted(targets))}, whose hunks its resolves name ({why})"
+        missing = [r for r in entry.requires if r in gone]
+        if not missing:
+            return None
+        carried = sorted(targets - set(gone))
+        if carried:
+            raise SeriesError(
+                f"entry {entry.id!r} requires {', '.join(missing)}, which this compose does not apply "
+                f"({'; '.join(gone[m] for m in missing)}), but it carries hunks of {', '.join(carried)}, which it "
+                "does apply: dropping it would lose them",
+                entry=entry.id,
+                tag=self.tag,
+                hint="split the fix, or narrow its tags to the releases where both apply",
+            )
+        return (
+            f"requires {', '.join(missing)}, which this compose does not apply ({'; '.join(gone[m] for m in missing)})"
+        )
 
     def _entry_checks(self, parent: pygit2.Commit, commit: pygit2.Commit, step: EntryReplay) -> checks.CheckReport:
         changed = [p for p, data in step.changes.items() if data is not None]

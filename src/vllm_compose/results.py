@@ -43,7 +43,7 @@ class EntryStatus(enum.StrEnum):
     DROPPED_UPSTREAM = "dropped-upstream"  # the release already has it: no commit
     PARTLY_UPSTREAM = "partly-upstream"  # some hunks are in the release, others not: stops the run for a person
     CONFLICT = "conflict"  # some hunk cannot be placed: stops the run
-    SKIPPED = "skipped"  # its `tags` exclude this release
+    SKIPPED = "skipped"  # its `tags` exclude this release, or it goes with an entry not applied (resolves, requires)
     NOT_REACHED = "not-reached"  # an earlier entry stopped the run
 
 

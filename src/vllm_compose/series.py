@@ -76,6 +76,7 @@ _ENTRY_KEYS = {
     "source",
     "file",
     "resolves",
+    "requires",
 }
 _SOURCE_KEYS = {"commits", "url", "sha256", "paths", "strip"}
 _SERIES_KEYS = {"name", "description"}
@@ -153,6 +154,8 @@ class Entry:
     file: Path | None = None
     patch: Patch | None = field(default=None, repr=False, compare=False)
     resolves: tuple[Resolve, ...] = ()
+    #: ids of earlier entries this one only makes sense with: where one of them is not applied, neither is this
+    requires: tuple[str, ...] = ()
 
     @property
     def specifier(self) -> SpecifierSet | None:
@@ -538,6 +541,18 @@ def _load_local(chk: _Checker, directory: Path, table: dict, entry: Entry, earli
             )
         parsed.append(Resolve(m.group("entry"), m.group("path"), int(m.group("hunk"))))
     entry.resolves = tuple(parsed)
+    requires = table.get("requires", [])
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise chk.error("requires must be a list of entry ids", entry=eid, key="requires", hint='e.g. ["pr46994"]')
+    for name in requires:
+        if name not in earlier:
+            raise chk.error(
+                f"requires names {name!r}, which is not an earlier entry",
+                entry=eid,
+                key="requires",
+                hint="an entry can only require entries listed before it (ids as in series.toml)",
+            )
+    entry.requires = tuple(requires)
 
 
 def _check_resolves(chk: _Checker, entries: list[Entry]) -> None:
