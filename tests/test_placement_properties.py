@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import random
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -294,3 +295,16 @@ def test_parse_check_agrees_with_compiling_the_whole_file(edited, context):
     if parses:
         assert all(p.verdict is Verdict.EXACT for p in result.placements), [p.evidence for p in result.placements]
         assert result.new_text == whole
+
+
+def test_a_hunk_that_orphans_a_later_top_level_else_is_caught_by_the_parse_check():
+    """Found by the property above: a hunk starting in a class body that replaces the header of the top-level `if`
+    after the class left its `else:` without an `if`; the incremental check compiled the class run only."""
+    edited = list(_PY_BASE)
+    edited[edited.index("if os_0:")] = "    value_100 = 100"
+    edited.insert(edited.index("        return 15"), "        value_110 = 110")  # the run starts in the class
+    diff = _diff(_PY_BASE, edited, 1).replace("f.txt", "f.py")
+    result = place_file(parse_patch(diff).files[0], "\n".join(_PY_BASE) + "\n", "f.py")
+    with pytest.raises(SyntaxError):
+        compile("\n".join(edited) + "\n", "f.py", "exec", dont_inherit=True)
+    assert result.parse_error is not None

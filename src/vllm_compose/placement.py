@@ -2058,6 +2058,9 @@ def _statement_run(tgt: _Target, applied: list[Placement]) -> tuple[int, int, li
             new_lines = [ln for p in applied for ln in p.replacement]
             if any(ln.strip() and len(_lead(ln).expandtabs(8)) < k for ln in new_lines):
                 continue  # an added line leaves the class body: the run would not bound its effect
+            old_lines = [tgt.lines[i] for p in applied for i in range(p.start, min(p.end, n))]
+            if any(ln.strip() and len(_lead(ln).expandtabs(8)) < k for ln in old_lines):
+                continue  # a replaced line is outside the class body (e.g. the header of a later top-level block)
         b = _statement_end(lay, hi, k, n)
         body: list[str] = []
         pos = a
