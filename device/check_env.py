@@ -4,32 +4,21 @@ PYTHONPATH=/tmp/vc/composed:/tmp/vc/site python3 device/check_env.py
 """
 
 import importlib
+import importlib.util
 import json
 import sys
 
 import torch
+from dsa_modules import dsa_modules  # device/, the script's folder
 
-COMMON = [
-    "vllm",
-    "vllm.entrypoints.llm",
-    "vllm.v1.engine.core",
-    "vllm.v1.executor.multiproc_executor",
-    "vllm.v1.worker.gpu_worker",
-    "vllm.v1.worker.gpu.model_runner",
-    "vllm.v1.attention.backends.mla.indexer",
-]
-#: the DSA model's modules: v0.26.0-v0.28.0 serve it from deepseek_v2, v0.29.0 and later from deepseek_v32
-V2_PATH = ["vllm.model_executor.models.deepseek_v2", "vllm.model_executor.models.deepseek_mtp"]
-V32_PATH = ["vllm.models.deepseek_v32.nvidia.model", "vllm.models.deepseek_v32.nvidia.mtp"]
 OPTIONAL = [
     "vllm.v1.attention.backends.mla.triton_mla_sparse",  # composed tree only
     "vllm.models.deepseek_v32.common.e4m3",  # composed v0.29.0 and later only
     "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",  # moved in later releases
 ]
 
-import importlib.util  # noqa: E402
 
-MODULES = COMMON + (V32_PATH if importlib.util.find_spec("vllm.models.deepseek_v32") else V2_PATH)
+MODULES = ["vllm", *dsa_modules(importlib.util.find_spec("vllm.models.deepseek_v32") is not None)]
 report = {"python": sys.version.split()[0]}
 for name in ("torch", "triton", "transformers", "tokenizers", "huggingface_hub", "numpy", "pydantic", "torchvision"):
     try:

@@ -32,6 +32,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from dsa_modules import dsa_modules  # device/, the script's folder
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = "/root/.pyenv/versions/3.12.1/bin/python3"
 KINDS = Path("/work/.library/device/KINDS.md")
@@ -90,13 +92,6 @@ dist = md.packages_distributions()
 used = sorted({d for t in {n.split(".")[0] for n in sys.modules} for d in dist.get(t, [])})
 print("PROBE " + json.dumps({"failures": failures, "distributions": used}))
 """
-
-COMMON = [
-    "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor", "vllm.v1.worker.gpu_worker",
-    "vllm.v1.worker.gpu.model_runner", "vllm.v1.attention.backends.mla.indexer",
-]  # fmt: skip
-V2_PATH = ["vllm.model_executor.models.deepseek_v2", "vllm.model_executor.models.deepseek_mtp"]
-V32_PATH = ["vllm.models.deepseek_v32.nvidia.model", "vllm.models.deepseek_v32.nvidia.mtp"]
 
 
 class LockError(Exception):
@@ -196,7 +191,7 @@ def make_lock(release: str, work: Path, image: set[str], python: str) -> str:
         (env / ".complete").touch()
     site = next((env / "lib").glob("python3.*/site-packages"))
     stub = libcuda_stub(site, work / "stub")
-    modules = COMMON + (V32_PATH if (site / "vllm" / "models" / "deepseek_v32").is_dir() else V2_PATH)
+    modules = dsa_modules((site / "vllm" / "models" / "deepseek_v32").is_dir())
     probe = subprocess.run(
         [str(env / "bin" / "python"), "-c", PROBE, ",".join(OPTIONAL_AT_IMPORT), *modules],
         capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(stub)},
