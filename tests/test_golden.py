@@ -3,8 +3,8 @@
 A wording change shows up as a diff of a golden file instead of slipping through (as "conflict at not placed" once
 did). Cases are folders:
 
-* `tests/cases/compose/<case>/`: `release/` (the files of release v1.0.0), `series/` (series.toml and patches),
-  `sources/` (the PR diffs, passed with --sources), `expected.json` (description, the tag, the exit code) and the
+* `tests/cases/compose/<case>/`: `release/` (the files of release v1.0.0), `series/` (series.toml and patches;
+  its PR entry pins the toy PR, `toy_compose.PR_PATCH`, which the test passes with --sources), `expected.json` (description, the tag, the exit code) and the
   golden files `expected-rebase.txt` (what `vllm-compose rebase` prints) and `expected-status.md` (the status
   table's row of that compose);
 * `tests/cases/audit/<case>/`: `expected-audit.txt`, what `check-fuzz` prints for the case's stock and patched
@@ -24,8 +24,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from toy_compose import PR_PATCH
 
+from vllm_compose.cache import Cache, seed_cache
 from vllm_compose.cli import main
+from vllm_compose.compose import ComposeOptions, Composer
+from vllm_compose.report import render_status
+from vllm_compose.status import ReleaseStatus
 
 CASES = Path(__file__).parent / "cases"
 UPDATE = os.environ.get("VC_UPDATE_GOLDEN") == "1"
@@ -56,6 +61,14 @@ def _release_repo(case: Path, tmp: Path, tag: str) -> Path:
     return repo
 
 
+def _sources(tmp: Path) -> Path:
+    """The --sources folder of the compose cases: the toy PR's diff, which their series.toml pins by sha256."""
+    folder = tmp / "sources"
+    folder.mkdir(exist_ok=True)
+    (folder / "pr101.diff").write_text(PR_PATCH)
+    return folder
+
+
 def _compose_cases() -> list[str]:
     return sorted(p.name for p in (CASES / "compose").iterdir() if p.is_dir())
 
@@ -68,7 +81,7 @@ def test_rebase_output(case: str, tmp_path: Path, capsys) -> None:
     series = tmp_path / "series"
     shutil.copytree(folder / "series", series)
     argv = ["rebase", "--onto", want["onto"], "--series", str(series), "--repo", str(repo), "--offline", "-q"]
-    argv += ["--sources", str(folder / "sources"), "--worktree", str(tmp_path / "conflict")]
+    argv += ["--sources", str(_sources(tmp_path)), "--worktree", str(tmp_path / "conflict")]
     capsys.readouterr()
     code = main(argv)
     out = capsys.readouterr().out
@@ -78,26 +91,11 @@ def test_rebase_output(case: str, tmp_path: Path, capsys) -> None:
 
 @pytest.mark.parametrize("case", _compose_cases())
 def test_status_row(case: str, tmp_path: Path) -> None:
-    try:
-        from vllm_compose.compose import ComposeOptions, Composer
-    except ImportError:  # the layout before compose.py (to write the golden files from the old code)
-        from vllm_compose.replay import ComposeOptions, Composer
-    try:
-        from vllm_compose.cache import Cache, seed_cache
-    except ImportError:  # idem, before cache.py
-        from vllm_compose.sources import Cache, seed_cache
-    from vllm_compose.status import ReleaseStatus
-
-    try:
-        from vllm_compose.report import render_status
-    except ImportError:  # idem, before the renderers moved into report.py
-        from vllm_compose.status import render_status
-
     folder = CASES / "compose" / case
     want = json.loads((folder / "expected.json").read_text())
     repo = _release_repo(folder, tmp_path, want["onto"])
     cache = Cache()
-    seed_cache(folder / "sources", cache)
+    seed_cache(_sources(tmp_path), cache)
     options = ComposeOptions(offline=True, keep_state=False)
     result = Composer(folder / "series", repo, cache, options).run(want["onto"])
     table = render_status([ReleaseStatus(result, gate="not run in this test", stock_gate="not run in this test")])

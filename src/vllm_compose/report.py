@@ -248,9 +248,9 @@ def _gate_cell(report, stock) -> str:
         if isinstance(r, str):
             return f"not run ({r})"
         bad = sorted({k.qualname for k in r.kernels if not k.ok})
-        missing = sorted({f"impl.{m}() missing" for _b, m, _site in getattr(r, "missing_methods", [])})
+        missing = sorted({f"impl.{m}() missing" for _b, m, _site in r.missing_methods})
         specs = sum(r.derived.values())
-        methods = sum(len(c.answers) for c in getattr(r, "contracts", []))
+        methods = sum(len(c.answers) for c in r.contracts)
         if not bad and not missing:
             return f"pass ({len(r.kernels)} kernel x arch, {specs} specializations; impl answers {methods} methods)"
         return f"FAIL ({len(bad) + len(missing)}: {', '.join(bad + missing)})"

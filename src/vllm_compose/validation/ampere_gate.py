@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..trees import DirTree
-from .impl_contract import BackendContract, Verdict, impl_contracts
+from .impl_contract import BackendContract, impl_contracts
 from .kernel_gate import GateResult, load_records, run_gate
 from .kernel_launches import Derivation, DriverOutcome, derive_launches, release_loader
 
@@ -91,22 +91,7 @@ class AmpereGateReport:
             "drivers": {cap: [o.to_dict() for o in outs] for cap, outs in self.drivers.items()},
             "specializations": self.derived,
             "coverage": self.coverage,
-            "impl_contracts": [
-                {
-                    "backend": c.backend,
-                    "impl": c.impl,
-                    "unresolved_bases": c.unresolved_bases,
-                    "methods": {
-                        a.name: {
-                            "verdict": a.verdict.value,
-                            "defined_in": a.defined_in,
-                            "sites": [{"site": x.site, "condition": x.condition} for x in a.sites],
-                        }
-                        for a in c.answers
-                    },
-                }
-                for c in self.contracts
-            ],
+            "impl_contracts": [c.to_json() for c in self.contracts],
         }
 
 
@@ -258,12 +243,7 @@ def render(report: AmpereGateReport) -> str:
             f"  {c['outside_dsa_path']} recorded kernels (model runner, sampler) are outside the DSA path: not derived"
         )
     for c in report.contracts:
-        answered = sum(a.verdict is Verdict.OK for a in c.answers)
-        lines.append(f"impl contract {c.backend} ({c.impl}): {answered} of {len(c.answers)} methods the path calls")
-        for a in c.answers:
-            if a.verdict is not Verdict.OK:
-                where = ", ".join(x.site + (f" if {x.condition}" if x.condition else "") for x in a.sites)
-                lines.append(f"  {a.verdict.value}: impl.{a.name}() at {where}")
+        lines += c.lines()
     kernels = Counter(k.ok for k in report.kernels)
     specs = ", ".join(f"{n} specializations for {t}" for t, n in report.derived.items())
     verdict = "PASS" if report.ok else "FAIL"

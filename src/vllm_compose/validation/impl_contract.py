@@ -72,6 +72,31 @@ class BackendContract:
     def missing(self) -> list[ImplAnswer]:
         return [a for a in self.answers if a.verdict is Verdict.MISSING]
 
+    def lines(self) -> list[str]:
+        """Plain text: the count of answered methods, then each method not answered with its call sites."""
+        answered = sum(a.verdict is Verdict.OK for a in self.answers)
+        out = [f"impl contract {self.backend} ({self.impl}): {answered} of {len(self.answers)} methods the path calls"]
+        for a in self.answers:
+            if a.verdict is not Verdict.OK:
+                where = ", ".join(x.site + (f" if {x.condition}" if x.condition else "") for x in a.sites)
+                out.append(f"  {a.verdict.value}: impl.{a.name}() at {where}")
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "backend": self.backend,
+            "impl": self.impl,
+            "unresolved_bases": self.unresolved_bases,
+            "methods": {
+                a.name: {
+                    "verdict": a.verdict.value,
+                    "defined_in": a.defined_in,
+                    "sites": [{"site": x.site, "condition": x.condition} for x in a.sites],
+                }
+                for a in self.answers
+            },
+        }
+
 
 def _condition(parents: dict, call: ast.Call, fn: ast.AST | None) -> str | None:
     node, child = parents.get(call), call
@@ -198,18 +223,3 @@ def impl_contracts(tree: FileTree) -> list[BackendContract]:
             contract.answers.append(ImplAnswer(name, verdict, sites, members.get(name)))
         out.append(contract)
     return out
-
-
-def render_contracts(tag: str, contracts: list[BackendContract]) -> str:
-    """Plain-text lines for one tree."""
-    lines = []
-    for c in contracts:
-        head = f"{tag} {c.backend}: impl {c.impl or 'not found (no get_impl_cls return)'}"
-        lines.append(head + (f"; unresolved bases: {', '.join(c.unresolved_bases)}" if c.unresolved_bases else ""))
-        for a in c.answers:
-            if a.verdict is Verdict.OK:
-                continue
-            where = ", ".join(s.site + (f" if {s.condition}" if s.condition else "") for s in a.sites)
-            lines.append(f"  {a.verdict.value}: impl.{a.name}() at {where}")
-        lines.append(f"  {sum(a.verdict is Verdict.OK for a in c.answers)} of {len(c.answers)} methods answered")
-    return "\n".join(lines)
