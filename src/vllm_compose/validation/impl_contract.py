@@ -21,7 +21,16 @@ import enum
 from dataclasses import dataclass, field
 
 from ..trees import FileTree
-from .dsa_path import DsaPathError, _dotted_of, _find_class, _source, tree_path
+from .dsa_path import (
+    DsaPathError,
+    _dotted_of,
+    _find_class,
+    _source,
+    dsa_model_classes,
+    mtp_drafts,
+    path_modules,
+    sparse_backends,
+)
 
 #: the layers that hold the impl, read beyond the DSA path's modules (the path's closure stops at its bound; these
 #: call the impl on every forward): the MLA layer (v0.26.0 on) and its wrapper, the DSA model up to v0.28.0
@@ -197,13 +206,15 @@ def _impl_class(tree: FileTree, path: str, backend_cls: str) -> tuple[str, ast.C
 def impl_contracts(tree: FileTree) -> list[BackendContract]:
     """For each sparse-MLA backend the tree's CUDA platform lists for 8.x and that admits sm_8x: the answers of its
     impl to every method the DSA path calls on an impl. Raises `DsaPathError` where the path cannot be read."""
-    tp = tree_path(tree)
-    calls = impl_calls(tree, list(dict.fromkeys([*tp.modules, *LAYER_MODULES])))
+    # the path's modules and backends only: the kernel blockers `dsa_path.tree_path` also scans are not needed here
+    backends = sparse_backends(tree)
+    models = dsa_model_classes(tree) + [d.serving for d in mtp_drafts(tree)]
+    calls = impl_calls(tree, list(dict.fromkeys([*path_modules(tree, models, backends), *LAYER_MODULES])))
     by_name: dict[str, list[ImplCall]] = {}
     for call in calls:
         by_name.setdefault(call.name, []).append(call)
     out = []
-    for backend in tp.backends:
+    for backend in backends:
         if not backend.admits_ampere or backend.path is None or backend.cls is None:
             continue
         found = _impl_class(tree, backend.path, backend.cls)
