@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import torch
 from dsa_modules import dsa_modules  # device/, the script's folder
@@ -18,7 +19,10 @@ OPTIONAL = [
 ]
 
 
-MODULES = ["vllm", *dsa_modules(importlib.util.find_spec("vllm.models.deepseek_v32") is not None)]
+VLLM_SPEC = importlib.util.find_spec("vllm")
+if VLLM_SPEC is None or not VLLM_SPEC.submodule_search_locations:
+    sys.exit("check_env.py: no vllm package on sys.path; set PYTHONPATH to the stock or composed tree (see above)")
+MODULES = ["vllm", *dsa_modules(Path(VLLM_SPEC.submodule_search_locations[0]))]
 report = {"python": sys.version.split()[0]}
 for name in ("torch", "triton", "transformers", "tokenizers", "huggingface_hub", "numpy", "pydantic", "torchvision"):
     try:

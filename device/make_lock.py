@@ -191,7 +191,7 @@ def make_lock(release: str, work: Path, image: set[str], python: str) -> str:
         (env / ".complete").touch()
     site = next((env / "lib").glob("python3.*/site-packages"))
     stub = libcuda_stub(site, work / "stub")
-    modules = dsa_modules((site / "vllm" / "models" / "deepseek_v32").is_dir())
+    modules = dsa_modules(site / "vllm")
     probe = subprocess.run(
         [str(env / "bin" / "python"), "-c", PROBE, ",".join(OPTIONAL_AT_IMPORT), *modules],
         capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(stub)},

@@ -76,11 +76,29 @@ def test_a_run_that_did_not_finish_is_failed_with_its_root_cause_not_a_wrong_pre
     assert "as predicted:" not in ev.summary()
 
 
-def test_the_repository_results_show_v0_26_0_as_predicted_and_v0_33_0_failed():
+def test_a_failure_after_a_pass_shows_and_a_pass_outranks_a_failure_of_the_same_session(tmp_path):
+    _write(tmp_path, "2026-01-01", {"r": _run(mtp=1), "q": _run(mtp=2)})
+    _write(tmp_path, "2026-01-02", {"r": {**_run(mtp=1, ok=False), "error": "RuntimeError: later"}})
+    (tmp_path / "2026-01-02" / "b.results.json").write_text(
+        json.dumps({"runs": {"q": {**_run(mtp=2, ok=False), "error": "set-up"}, "p": _run(mtp=0)}})
+    )
+    (tmp_path / "2026-01-02" / "c.results.json").write_text(json.dumps({"runs": {"q": _run(mtp=2)}}))
+    (tmp_path / "2026-01-02" / "d.results.json").write_text(
+        json.dumps({"runs": {"q": {**_run(mtp=2, ok=False), "error": "after the pass, same session"}}})
+    )
+    ev = collect_gpu_evidence(tmp_path)["0.26.0"]
+    assert ev.failed == {RunConfig(1, 1): "RuntimeError: later"}  # the earlier session's pass does not hide it
+    assert ev.as_predicted == {RunConfig(1, 0), RunConfig(1, 2)}  # the session's pass stands, whatever the order
+    assert ev.runs == 7
+
+
+def test_the_repository_results_show_what_sessions_6_and_7_ran():
     ev = collect_gpu_evidence(RESULTS)
-    assert set(ev) == {"0.26.0", "0.33.0"}
+    assert set(ev) == {"0.26.0", "0.29.0", "0.33.0"}
     assert {RunConfig(1, 2), RunConfig(2, 2), RunConfig(2, 2, True)} <= ev["0.26.0"].as_predicted
-    # session 6: the compose before series entry 0031 (record_logical_topk_ready) failed on the first forward
-    assert ev["0.33.0"].as_predicted == set()
-    assert set(ev["0.33.0"].failed) == {RunConfig(1, 0), RunConfig(1, 1), RunConfig(1, 2)}
-    assert all("record_logical_topk_ready" in e for e in ev["0.33.0"].failed.values())
+    # session 6 ran v0.33.0's compose before series entry 0031 and failed on the first forward
+    # (record_logical_topk_ready); session 7 ran it with 0031, and v0.29.0's, at PP1
+    for version in ("0.29.0", "0.33.0"):
+        assert ev[version].as_predicted == {RunConfig(1, 0), RunConfig(1, 1), RunConfig(1, 2)}, version
+        assert ev[version].failed == {} and ev[version].not_as_predicted == set(), version
+    assert ev["0.33.0"].sessions == {"2026-12-01-s6", "2026-12-01-s7"}

@@ -56,7 +56,8 @@ class ReleaseEvidence:
             configs = sorted(c for c, e in self.failed.items() if e == error)
             parts.append(f"FAILED: {', '.join(c.label() for c in configs)} ({error})")
         forced = ", ".join(f"sm_{c.replace('.', '')} paths forced in {n}" for c, n in sorted(self.capabilities.items()))
-        return f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {len(self.sessions)} sessions)"
+        sessions = f"{len(self.sessions)} session" + ("" if len(self.sessions) == 1 else "s")
+        return f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {sessions})"
 
 
 def _verdict_ok(verdict: dict | None) -> bool:
@@ -72,10 +73,21 @@ def _root_cause(errors: list[str]) -> str:
     return causes[0].splitlines()[0][:120]
 
 
+#: within one session, the outcome that stands for a configuration run more than once: a pass outranks a wrong
+#: prediction, which outranks a failure (a session's own notes say why an earlier run of it failed: a set-up error)
+_RANK = {"failed": 0, "not_as_predicted": 1, "as_predicted": 2}
+
+
 def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
-    """Per vLLM version: the composed-tree runs found in `results_dir/*/*results.json`."""
+    """Per vLLM version: the composed-tree runs found in `results_dir/*/*results.json`.
+
+    Each configuration shows one outcome: that of its latest session (session folders sort by date, as
+    `device/results/` names them), and within that session the best one (`_RANK`). So a failure a later session
+    fixed is gone, and a failure after a pass shows."""
     results_dir = Path(results_dir)
     evidence: dict[str, ReleaseEvidence] = {}
+    #: (version, config) -> ((session, rank), outcome, root cause)
+    latest: dict[tuple[str, RunConfig], tuple[tuple[str, int], str, str]] = {}
     for path in sorted(results_dir.glob("*/*results.json")):
         try:
             data = json.loads(path.read_text())
@@ -86,25 +98,33 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
                 file=str(path),
                 hint="results files are written by device/collect.py; fix or remove this one",
             ) from None
+        session = path.parent.name
         for label, run in runs.items():
             if label.startswith("stock") or "vllm_version" not in run:
                 continue
-            ev = evidence.setdefault(run["vllm_version"], ReleaseEvidence(run["vllm_version"]))
+            version = run["vllm_version"]
+            ev = evidence.setdefault(version, ReleaseEvidence(version))
             config = RunConfig(int(run.get("pp", 1)), int(run.get("mtp", 0)), bool(run.get("sync_scheduling")))
+            cause = ""
             if not run.get("ok"):
-                errors = run.get("log_errors") or [run.get("error") or "no error recorded"]
-                ev.failed[config] = _root_cause(errors)
+                outcome = "failed"
+                cause = _root_cause(run.get("log_errors") or [run.get("error") or "no error recorded"])
             elif _verdict_ok(verdicts.get(label)):
-                ev.as_predicted.add(config)
+                outcome = "as_predicted"
             else:
-                ev.not_as_predicted.add(config)
+                outcome = "not_as_predicted"
+            key = (session, _RANK[outcome])
+            if (version, config) not in latest or key >= latest[version, config][0]:
+                latest[version, config] = (key, outcome, cause)
             capability = (run.get("env") or {}).get("VC_FAKE_CAPABILITY")
             if capability:
                 ev.capabilities[capability] = ev.capabilities.get(capability, 0) + 1
-            ev.sessions.add(path.parent.name)
+            ev.sessions.add(session)
             ev.runs += 1
-    for ev in evidence.values():
-        ev.not_as_predicted -= ev.as_predicted  # a later session's passing run of the same configuration
-        for config in ev.as_predicted:
-            ev.failed.pop(config, None)
+    for (version, config), (_key, outcome, cause) in latest.items():
+        ev = evidence[version]
+        if outcome == "failed":
+            ev.failed[config] = cause
+        else:
+            getattr(ev, outcome).add(config)
     return evidence
