@@ -175,6 +175,14 @@ def _parser() -> argparse.ArgumentParser:
     ag.add_argument("--stock", action="store_true", help="gate the release tag itself, not its compose branch")
     ag.add_argument("--tree", type=Path, metavar="DIR", help="gate a plain folder holding vllm/ instead")
     ag.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
+    sc = sub.add_parser(
+        "semantic-check", help="type-check a compose branch against its release (ty) and name each new finding's entry"
+    )
+    sc.add_argument("--onto", required=True, nargs="+", action="extend", metavar="TAG", help="one or more releases")
+    sc.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
+    sc.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (baseline and branch)")
+    sc.add_argument("--python", type=Path, metavar="ENV", help="environment whose packages ty resolves (default: this)")
+    sc.add_argument("--json", type=Path, metavar="FILE", help="also write the findings of every release as JSON")
     kg = sub.add_parser("kernel-gate", help="compile recorded Triton kernels (kernels/*.json) of a tree for sm_80/86")
     kg.add_argument("records", type=Path, help="a kernels/*.json file of recorded launches")
     kg.add_argument("tree", type=Path, help="the folder that holds the vllm/ package of the tree to gate")
@@ -272,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             "ampere-path": _ampere_path,
             "ampere-gate": _ampere_gate,
             "kernel-gate": _kernel_gate,
+            "semantic-check": _semantic_check,
             "wheel": _wheel,
             "editable": _editable,
             "image-overlay": _image_overlay,
@@ -612,6 +621,23 @@ def _kernel_gate(args) -> int:
     if args.json:
         write_json(args.json, [r.to_dict() for r in results])
     return ExitCode.OK if all(r.ok for r in results) else ExitCode.CONFLICT
+
+
+def _semantic_check(args) -> int:
+    from .report import write_json
+    from .semantic import SemanticUnavailable, check_branch
+
+    reports = []
+    for tag in args.onto:
+        try:
+            report = check_branch(args.repo, args.series, tag, args.python)
+        except SemanticUnavailable as exc:
+            raise ComposeError(f"semantic check unavailable: {exc}", hint="pip install -e '.[test]'") from None
+        print("\n".join(report.lines()))
+        reports.append(report)
+    if args.json:
+        write_json(args.json, {r.label: r.to_json() for r in reports})
+    return ExitCode.OK if all(r.ok for r in reports) else ExitCode.REFUSED
 
 
 def _series_diff(args) -> int:
