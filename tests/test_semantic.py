@@ -162,3 +162,16 @@ def test_the_series_baseline_loads_and_every_entry_has_a_reason():
     accepted = load_baseline(REPO / "series")
     assert accepted, "series/semantic-baseline.toml records the nine composes' accepted findings"
     assert all(len(a.reason) > 20 for a in accepted)
+
+
+def test_a_baseline_pattern_takes_brackets_literally_and_star_as_any_text():
+    from vllm_compose.semantic import Accepted
+
+    message = "Return type does not match returned value: expected `dict[str, Tensor] | None`, found `dict[str, X]`"
+    d = Diagnostic("vllm/v1/worker/gpu/pp_utils.py", 124, "error", "invalid-explicit-return", message)
+    exact = Accepted("vllm/v1/worker/gpu/pp_utils.py", d.rule, message, ">=0.26.0,<0.30.0", "r")
+    star = Accepted("vllm/*.py", d.rule, "Return type does not match*found `dict[str, X]`", ">=0.26.0", "r")
+    assert exact.matches("0.26.0", d) and star.matches("0.33.0", d)
+    assert not exact.matches("0.30.0", d)  # outside its releases
+    assert not Accepted("vllm/*.py", d.rule, "Return type*[str, Y]*", ">=0.26.0", "r").matches("0.26.0", d)
+    assert not Accepted("vllm/v1/*", "other-rule", "*", ">=0.26.0", "r").matches("0.26.0", d)

@@ -18,7 +18,6 @@ finding that matches is "accepted", never silently dropped.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 import shutil
 import subprocess
@@ -179,8 +178,8 @@ def surplus(stock: list[Diagnostic], composed: list[Diagnostic]) -> list[Diagnos
 
 @dataclass(frozen=True)
 class Accepted:
-    """One `[[accept]]` of the baseline: findings of `file` (glob) with `rule`, whose message matches `message`
-    (glob), on the releases of `tags`, accepted for `reason`."""
+    """One `[[accept]]` of the baseline: findings of `file` (a `*` pattern) with `rule`, whose message matches `message`
+    (a `*` pattern), on the releases of `tags`, accepted for `reason`."""
 
     file: str
     rule: str
@@ -192,9 +191,16 @@ class Accepted:
         return (
             version in SpecifierSet(self.tags)
             and d.rule == self.rule
-            and fnmatch.fnmatchcase(d.file, self.file)
-            and fnmatch.fnmatchcase(d.message, self.message)
+            and _glob_match(self.file, d.file)
+            and _glob_match(self.message, d.message)
         )
+
+
+def _glob_match(pattern: str, text: str) -> bool:
+    """`*` matches any run of characters (`/` included); everything else is literal. Not fnmatch: ty's messages
+    hold `[`...`]` (`dict[str, Tensor]`), which fnmatch would read as character sets."""
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    return re.fullmatch(regex, text, re.S) is not None
 
 
 def load_baseline(series_dir: Path) -> list[Accepted]:
