@@ -55,6 +55,9 @@ CACHE = Path(os.environ.get("VC_STAGE_CACHE", "/tmp/vc-stage-cache"))
 EXCLUDE = re.compile(r"(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/(deep_gemm|fmha_sm100)/")
 #: a call's limit less the repository's own files and a margin
 DEFAULT_PART_MIB = 57
+#: tarfile's "data" filter where the Python has it (3.11.4+, 3.12); older ones extract plainly: the archives are
+#: the ones `build` wrote, and each is sha256-checked against the manifest before it is opened
+_SAFE = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
 class StageError(Exception):
@@ -318,14 +321,14 @@ def install(models: bool = True) -> str:
         shutil.rmtree(DEST / tree, ignore_errors=True)
         (DEST / tree).mkdir(parents=True)
         with tarfile.open(items / "vllm_py.tar.xz") as tar:
-            tar.extractall(DEST / tree, filter="data")
+            tar.extractall(DEST / tree, **_SAFE)
         for obj in (items / "so").rglob("*.xz"):
             member = obj.relative_to(items / "so").with_suffix("")
             (DEST / tree / member).parent.mkdir(parents=True, exist_ok=True)
             with lzma.open(obj) as xz, open(DEST / tree / member, "wb") as f:
                 shutil.copyfileobj(xz, f)
     with tarfile.open(items / "overlay.tar.xz") as tar:  # paths relative to the composed vllm/ folder
-        tar.extractall(DEST / "composed" / "vllm", filter="data")
+        tar.extractall(DEST / "composed" / "vllm", **_SAFE)
     shutil.rmtree(items)
     if models:
         write_models(DEST)

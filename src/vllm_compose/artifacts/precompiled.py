@@ -116,6 +116,9 @@ def build_commit(
         "setup.py": (text[: anchor.end()] + SETUP_LINES + text[anchor.end() :]).encode("utf-8", "surrogateescape"),
         f"{HOOK_DIR}/precompiled.py": hook_source(),
         f"{HOOK_DIR}/precompiled.json": (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode(),
+        # setup.py loads the hook as a module, which writes its bytecode beside it unless PYTHONDONTWRITEBYTECODE
+        # is set: an untracked .vllm-compose/__pycache__/ after every install, which the next rebase would see
+        f"{HOOK_DIR}/.gitignore": b"__pycache__/\n",
     }
     for path in BUILD_OUTPUTS:
         for member in _paths_under(repo, series_tip.tree, path):
