@@ -7,7 +7,8 @@ the checks, `series-diff` and the overlay of `vllm-compose wheel` / `image-overl
 
 * adds `.vllm-compose/precompiled.py` (`precompiled_hook.py` of this package, verbatim) and
   `.vllm-compose/precompiled.json` (the release, the version label of the compose, and per architecture the stock
-  wheel of `series/stock-wheels.toml`: file name, size, sha256, URL);
+  wheel of `series/stock-wheels.toml`: file name, size, sha256, URL), and `.vllm-compose/.gitignore`
+  (`__pycache__/`: setup.py loads the hook as a module, which writes bytecode beside it);
 * adds four lines to vLLM's `setup.py`, right after `ROOT_DIR = ...`: load that file and call `configure()`, which
   sets `VLLM_USE_PRECOMPILED`, `VLLM_PRECOMPILED_WHEEL_LOCATION` (the wheel, downloaded once into the cache and
   verified), `VLLM_VERSION_OVERRIDE` and `VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX` unless the environment sets them;
