@@ -4,7 +4,8 @@
 Writes into --out: `report-<TAG>.json` (the compose report), `summary-<TAG>.md` (also appended to
 $GITHUB_STEP_SUMMARY when set), `issue-<TAG>.md` (only when the compose did not succeed: the conflicts and refusals;
 or when the wheel was refused, e.g. by the Ampere gate: the kernels that do not compile for sm_80/86, with
-`ampere-gate-<TAG>.json`), and the overlay wheel when both succeeded. Exits with the compose's exit code (0 composed,
+`ampere-gate-<TAG>.json`; or when the semantic check found what the series neither fixes nor accepts: the findings
+and their entries, with `semantic-<TAG>.json`), and the overlay wheel when all succeeded. Exits with the compose's exit code (0 composed,
 1 conflict, 2 refused, 3 bad input), or the wheel's, so the workflow can decide what to publish.
 """
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 from vllm_compose.cli import main as vllm_compose
-from vllm_compose.report import render_ci_gate_issue, render_ci_issue, render_ci_summary
+from vllm_compose.report import render_ci_gate_issue, render_ci_issue, render_ci_semantic_issue, render_ci_summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offline", action="store_true")
     p.add_argument("--stock-wheel", help="the stock wheel (default: fetched from PyPI, cached)")
     p.add_argument("--no-ampere-gate", action="store_true", help="build the wheel without the Ampere gate")
+    p.add_argument("--no-semantic-check", action="store_true", help="build the wheel without the semantic check")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = args.out / f"report-{args.tag}.json"
@@ -60,6 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     if rc != 0:
         (args.out / f"issue-{args.tag}.md").write_text(render_ci_issue(report))
         return rc
+    if not args.no_semantic_check:  # before any wheel: a fix that no longer fits the release stops here
+        semantic_path = args.out / f"semantic-{args.tag}.json"
+        check = ["semantic-check", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "--json"]
+        rc = vllm_compose([*check, str(semantic_path)])
+        if rc == 2 and semantic_path.is_file():
+            (args.out / f"issue-{args.tag}.md").write_text(
+                render_ci_semantic_issue(args.tag, json.loads(semantic_path.read_text()))
+            )
+        if rc != 0:
+            return rc
     wheel = ["wheel", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "--out", str(args.out)]
     wheel += (["--stock-wheel", args.stock_wheel] if args.stock_wheel else []) + (
         ["--no-ampere-gate"] if args.no_ampere_gate else []

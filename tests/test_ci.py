@@ -148,6 +148,33 @@ def test_compose_release_gate_refusal_writes_issue_body_naming_the_kernels(tmp_p
     assert "vllm-compose ampere-gate --onto v0.26.0" in body
 
 
+#: a fix that passes the PR's propose() a keyword it does not take: compiles, defines every name, composes clean;
+#: only the semantic check (ty) sees it, as with PR #46994's `intermediate_tensors=` on v0.27.0-v0.29.0
+SEMANTIC_BAD_FIX = toy.FIX_BODY.replace("name.strip()", "str(Runner(1).propose([name], draft=None))")
+
+
+def test_compose_release_semantic_finding_writes_issue_body_and_builds_no_wheel(tmp_path) -> None:
+    from toy_wheel import make_stock_wheel
+
+    series, repo = _toy(tmp_path, fix_body=SEMANTIC_BAD_FIX)
+    out = tmp_path / "out"
+    stock = str(make_stock_wheel(tmp_path / "stock"))
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate")
+    assert rc == 2
+    assert json.loads((out / "report-v0.26.0.json").read_text())["status"] == "composed"  # the compose said OK
+    assert not list(out.glob("*.whl"))
+    body = (out / "issue-v0.26.0.md").read_text()
+    assert "the semantic check (ty) found 1 finding(s)" in body
+    assert re.search(r"\| `fix-helper` \| `vllm/runner.py:\d+` \| unknown-argument \| .*`draft`", body), body
+    findings = json.loads((out / "semantic-v0.26.0.json").read_text())
+    assert [f["entry"] for r in findings.values() for f in r["findings"]] == ["fix-helper"]
+    # the same compose without the check builds the wheel: the check is what stopped it
+    shutil.rmtree(out)
+    assert run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate",
+                               "--no-semantic-check") == 0  # fmt: skip
+    assert list(out.glob("*.whl"))
+
+
 def test_compose_release_conflict_writes_issue_body(tmp_path) -> None:
     series, repo = _toy(tmp_path)
     text = (repo / "vllm" / "runner.py").read_text()

@@ -401,6 +401,29 @@ def render_ci_issue(report: dict) -> str:
     )
 
 
+def render_ci_semantic_issue(tag: str, semantic: dict) -> str:
+    """The issue when the compose succeeded but the semantic check found what the series neither fixes nor
+    accepts (`semantic-check --json`: {branch: report})."""
+    new = [f for report in semantic.values() for f in report.get("findings", []) if f.get("accepted") is None]
+    lines = [
+        f"The scheduled compose of the series onto vLLM {tag} composed, but the semantic check (ty) found "
+        f"{len(new)} finding(s) the release does not have and the baseline does not accept, so no wheel was built. "
+        "Such a finding is usually a TypeError or AttributeError once its code runs.",
+        "",
+        "| entry | file:line | rule | message |",
+        "|---|---|---|---|",
+    ]
+    for f in new:
+        message = f["message"].replace("|", "\\|")
+        lines.append(f"| `{f['entry']}` | `{f['file']}:{f['line']}` | {f['rule']} | {message} |")
+    lines += [
+        "",
+        f"Reproduce with `vllm-compose semantic-check --onto {tag}`. Fix the entry with a skew-fix entry, or, where "
+        "the finding is meant, record it in `series/semantic-baseline.toml` with a reason.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render_ci_gate_issue(tag: str, gate: dict) -> str:
     """The issue when the compose succeeded but its DSA kernels do not compile for sm_80/86."""
     failed = [k for k in gate.get("kernels", []) if not k["ok"]]
