@@ -43,8 +43,8 @@ TY_TIMEOUT = 600
 BASELINE_FILE = "semantic-baseline.toml"
 
 
-class SemanticUnavailable(Exception):
-    """ty cannot run here (not installed); the check is skipped with this reason, never passed."""
+class SemanticUnavailable(ComposeError):
+    """ty cannot run here (not installed): the check cannot say anything, so the command fails (exit 3)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def ty_command() -> list[str]:
     found = shutil.which("ty")
     if found:
         return [found]
-    raise SemanticUnavailable("ty is not installed (pip install -e '.[test]' brings it)")
+    raise SemanticUnavailable("semantic check unavailable: ty is not installed", hint="pip install -e '.[semantic]'")
 
 
 def parse_concise(text: str) -> list[Diagnostic]:
@@ -241,6 +241,7 @@ class _TreeRunner:
         self.repo = repo
         self.python_env = python_env
         self.cache: dict[str, list[Diagnostic]] = {}
+        self.counts: dict[str, Counter] = {}
         self.runs = 0
         self.seconds = 0.0
 
@@ -258,20 +259,12 @@ class _TreeRunner:
             self.seconds += time.monotonic() - start
         return self.cache[key]
 
-
-def _entry_commits(repo, base, tip) -> list:
-    """The compose branch's commits after `base`, oldest first (the build commit last)."""
-    commits = []
-    commit = tip
-    while commit.id != base.id:
-        if len(commit.parents) != 1:
-            raise ComposeError(
-                f"commit {str(commit.id)[:12]} of the compose branch has {len(commit.parents)} parents",
-                hint="a compose branch is a line of commits on the release tag; compose again",
-            )
-        commits.append(commit)
-        commit = commit.parents[0]
-    return commits[::-1]
+    def count(self, commit) -> Counter:
+        """The diagnostics of `commit` by key."""
+        key = str(commit.tree_id)
+        if key not in self.counts:
+            self.counts[key] = Counter(d.key for d in self.diagnostics(commit))
+        return self.counts[key]
 
 
 def _entry_name(commit) -> str:
@@ -283,17 +276,17 @@ def _entry_name(commit) -> str:
     return f"commit {str(commit.id)[:12]}"
 
 
-def _attribute(runner: _TreeRunner, stock: list[Diagnostic], commits: list, wanted: list[Diagnostic]) -> dict:
+def _attribute(runner: _TreeRunner, release, commits: list, wanted: list[Diagnostic]) -> dict:
     """key -> the first commit index whose tree has more of that key than stock (bisection; the count need not
     grow monotonically, so it finds *a* commit where the surplus appears, the first one when it does)."""
-    base = Counter(d.key for d in stock)
+    base = runner.count(release)
     need = Counter(d.key for d in wanted)
     found: dict = {}
     for key, n in need.items():
         lo, hi = 0, len(commits) - 1  # the last commit has the surplus (it is the composed tree)
         while lo < hi:
             mid = (lo + hi) // 2
-            have = Counter(d.key for d in runner.diagnostics(commits[mid]))[key] - base[key]
+            have = runner.count(commits[mid])[key] - base[key]
             if have >= n:
                 hi = mid
             else:
@@ -311,14 +304,14 @@ def check_branch(repo_dir: Path, series_dir: Path, tag: str, python_env: Path | 
     ty_command()
     version = str(version_of_tag(tag))
     branch = open_branch(repo_dir, series_dir, tag)  # refuses a branch with commits the compose did not write
-    repo, base, tip = branch.repo, branch.base, branch.tip
+    base, tip = branch.base, branch.tip
+    commits = branch.commits + ([tip] if tip.id != branch.head.id else [])  # the build-setup commit last
     baseline = load_baseline(series_dir)
-    runner = _TreeRunner(repo, python_env)
-    commits = _entry_commits(repo, base, tip)
+    runner = _TreeRunner(branch.repo, python_env)
     stock = runner.diagnostics(base)
     composed = runner.diagnostics(tip) if commits else stock
     new = surplus(stock, composed)
-    where = _attribute(runner, stock, commits, new) if new else {}
+    where = _attribute(runner, base, commits, new) if new else {}
     report = SemanticReport(branch.branch, stock_diagnostics=len(stock), composed_diagnostics=len(composed))
     for d in new:
         accepted = next((a.reason for a in baseline if a.matches(version, d)), None)

@@ -61,6 +61,8 @@ class ComposedBranch:
     prs: list[int] = field(default_factory=list)
     #: the branch ref's commit: `head`, or the build-setup commit on top of it (`artifacts.precompiled`)
     tip: pygit2.Commit | None = None
+    #: the series' commits, `base` (exclusive) to `head`, oldest first
+    commits: list[pygit2.Commit] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tip = self.tip or self.head
@@ -124,16 +126,19 @@ def open_branch(repo_dir: Path, series_dir: Path, tag: str, branch: str | None =
     tip = head
     if is_build_commit(head) and head.parents:  # the build setup is not an entry: the series' tip is its parent
         head = head.parents[0]
-    entries, prs = _walk(head, base, branch, tag)
+    entries, prs, commits = _walk(head, base, branch, tag)
     changed = gitstore.changed_paths(repo, base.tree, head.tree)
-    return ComposedBranch(repo, tag, branch, base, head, changed, entries, prs, tip)
+    return ComposedBranch(repo, tag, branch, base, head, changed, entries, prs, tip, commits)
 
 
-def _walk(head: pygit2.Commit, base: pygit2.Commit, branch: str, tag: str) -> tuple[list[str], list[int]]:
-    """The entry ids and PR numbers of the commits from `base` (exclusive) to `head`, oldest first; refuses a
-    commit the compose did not write and a `head` that does not descend from `base`."""
+def _walk(
+    head: pygit2.Commit, base: pygit2.Commit, branch: str, tag: str
+) -> tuple[list[str], list[int], list[pygit2.Commit]]:
+    """The entry ids, PR numbers and commits from `base` (exclusive) to `head`, oldest first; refuses a commit the
+    compose did not write and a `head` that does not descend from `base`."""
     entries: list[str] = []
     prs: list[int] = []
+    commits: list[pygit2.Commit] = []
     commit = head
     for _ in range(MAX_COMMITS):
         if commit.id == base.id:
@@ -149,6 +154,7 @@ def _walk(head: pygit2.Commit, base: pygit2.Commit, branch: str, tag: str) -> tu
             entries.append(m.group(1))
         if m := PR_TRAILER.search(commit.message):
             prs.append(int(m.group(1)))
+        commits.append(commit)
         if not commit.parents:
             commit = None
             break
@@ -159,12 +165,12 @@ def _walk(head: pygit2.Commit, base: pygit2.Commit, branch: str, tag: str) -> tu
             tag=tag,
             hint=f"compose again: vllm-compose rebase --onto {tag}",
         )
-    return entries[::-1], prs[::-1]
+    return entries[::-1], prs[::-1], commits[::-1]
 
 
 def compose_label(repo: pygit2.Repository, base: pygit2.Commit, head: pygit2.Commit, branch: str, tag: str) -> str:
     """The version label of the series' commits `base..head` (what `ComposedBranch.label` says once it is written)."""
-    _entries, prs = _walk(head, base, branch, tag)
+    _entries, prs, _commits = _walk(head, base, branch, tag)
     return local_label(
         prs, overlay_digest(GitTree(repo, head.tree), gitstore.changed_paths(repo, base.tree, head.tree))
     )
