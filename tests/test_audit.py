@@ -201,30 +201,32 @@ def test_real_every_hunk_has_a_verdict(real_application, real_pr_diffs) -> None:
 
 
 @needs_gnu_patch
-@pytest.mark.parametrize("case", ["failed", "fuzz-at-end"])
-def test_no_acceptable_site_shows_engines_best_rejected_site(case: str, tmp_path: Path) -> None:
-    folder = CASES / case
+def test_landing_nothing_confirms_is_misplaced_with_no_site_to_offer(tmp_path: Path) -> None:
+    """fuzz-at-end: the loop hunk 2 edits is gone, fuzz 3 appended its lines at the end of `parse`; nothing the hunk
+    shows (the `for line` block, `key, _, value = ...`) is next to them, and no other site has its anchors."""
+    folder = CASES / "fuzz-at-end"
     patched, patches = patched_copy(folder, tmp_path)
     report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
     [h] = report.bad_hunks
-    assert h.expected_at is None
-    # the engine's best candidate: the loop's function, whose body no longer matches the hunk's pre-image
-    assert h.rejected_at == 18 and h.rejected_score is not None and h.rejected_score < 0.5
+    assert h.verdict is AuditVerdict.MISPLACED and h.hunk == 2
+    assert h.expected_at is None and h.landed_at == 20
+    assert "nothing the hunk shows around the change is next to the landing" in h.reason
     text = render_text(report)
-    assert f"engine's best (rejected) site: line 18 (score {h.rejected_score:.2f})" in text
-    assert "   18 => def parse(text):" in text
-    # the human view only: the JSON keeps its schema
+    assert "expected: (nowhere)" in text and "landed: line 20" in text
     assert set(h.to_json()) == {"patch", "file", "hunk", "verdict", "landed_at", "expected_at", "reason"}
 
 
 @needs_gnu_patch
-def test_placed_hunk_shows_no_rejected_site(tmp_path: Path) -> None:
+def test_misplaced_hunk_names_both_sites_by_what_is_there(tmp_path: Path) -> None:
+    """wrong-branch: the landing and the site the anchors prefer are described by their def chain and container."""
     folder = CASES / "wrong-branch"
     patched, patches = patched_copy(folder, tmp_path)
     report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
     [h] = report.hunks
-    assert h.rejected_at is None
-    assert "engine's best (rejected) site" not in render_text(report)
+    assert h.landed_scope is not None and h.expected_scope is not None
+    assert h.landed_scope.describe() == h.expected_scope.describe() == "in backend_priorities, the list returned"
+    assert "another site fits what the hunk shows better" in h.reason
+    assert "expected: line 22 in backend_priorities, the list returned" in render_text(report)
 
 
 def test_line_alignment_is_valid_and_keeps_every_line_of_an_insertion_only_edit() -> None:

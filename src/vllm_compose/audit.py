@@ -1,24 +1,29 @@
 """Audit an application of patches: where did each hunk land, and is that where it belongs?
 
 `audit(stock, patched, patches)` works on trees patched by anything (GNU patch, quilt, git, this project): it never
-looks at how the application was made, only at its result.
+looks at how the application was made, only at its result, and it shares no code with the placement engine, so it
+can catch the engine's own mistakes.
 
-For every file a patch touches, the stock and patched texts are aligned line by line. Each hunk's change groups
-(a run of removed and/or added lines between context) are then looked up in that alignment: added lines must show up
-as lines new in the patched file, removed lines as stock lines gone from it. Where the group sits, in stock line
-numbers, is the hunk's *landing*.
+**Where it landed.** For every file a patch touches, the stock and patched texts are aligned line by line
+(`align.py`). Each hunk's change groups (a run of removed and/or added lines between context) are looked up in that
+alignment: added lines must show up as lines new in the patched file, removed lines as stock lines gone from it.
+Where the first group sits, in stock line numbers, is the hunk's *landing*.
 
-Independently, the placement engine says where the hunk *belongs*: `place_file` on the stock file (for a sequence of
-patches: on the stock file with the earlier patches' placements applied). That expected application is aligned with
-stock the same way, so both sites are measured by one ruler. An inserted (or deleted) run whose first line repeats
-the line after it can be aligned in several equivalent ways (a diff "slider"), and difflib's pick depends on the
-text around it; every alignment therefore slides each run as far down as it goes, and a change group found by its
-text is judged where that canonical run is. Two sites are the same when the group's text sits at the same stock
-line or its canonical runs do; the line reported is where the group's own text sits (the hunk's site).
+**Where it belongs**, by two independent rulers:
 
-Verdicts: `exact`, `offset`, `fuzzy` (landed at the engine's site, which it found with offset/relocation/merge),
-`already-applied` (stock already had it), and the bad ones: `misplaced` (landed elsewhere, or the engine finds no
-acceptable site at all), `failed` (not present in the patched file), `ambiguous` (the engine finds no unique site).
+- *Text.* The hunk's post-image sits verbatim around the landing in the patched file (a context line that a later
+  patch of the sequence rewrote counts as present). Then the landing is `exact` (at the line the ``@@`` header,
+  shifted by the earlier patches' lines, says) or `offset` — unless the pre-image also occurs verbatim elsewhere in
+  stock, where the syntax anchors must tell the copies apart (else `ambiguous`).
+- *Syntax anchors* (`anchors.py`, on parso's tokens): for a Python file, what the hunk's own lines say about each
+  change group — its container by identity (the callee, the def, the name a list is assigned to, the import's
+  module), the siblings it shows by identity, the def/class it shows or names in its section — compared with what
+  the patched file has at the landing and at every other site those anchors point at. A landing whose text differs
+  is `fuzzy` only when the anchors confirm it; contradicted, or confirmed nowhere, it is `misplaced`, and where
+  another site fits the anchors better that site is reported as where it belongs.
+
+Verdicts: `exact`, `offset`, `fuzzy`, `already-applied` (stock already had it), and the bad ones: `misplaced`,
+`failed` (not present in the patched file), `ambiguous` (the anchors fit another site as well as the landing).
 """
 
 from __future__ import annotations
@@ -27,19 +32,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from . import anchors
 from .align import Alignment, Site, change_groups, claim, locate_group
-from .patchfile import FilePatch, Hunk, Patch, decode_text, split_lines
-from .placement import Placement, Verdict, place_file, place_hunk
+from .patchfile import Hunk, Patch, decode_text, split_lines
 from .report import hunk_json
 from .results import AuditVerdict
-from .scope import Scope, scope_at
 from .trees import FileTree
 
 #: verdicts that make an audit fail
 BAD_VERDICTS = frozenset({AuditVerdict.MISPLACED, AuditVerdict.FAILED, AuditVerdict.AMBIGUOUS})
-
-#: lines around a placement window aligned to find its change groups (an inserted block slides at most this far)
-_MARGIN = 100
 
 #: lines of stock shown around each site in `report.render_audit`
 EXCERPT_RADIUS = 3
@@ -57,18 +58,14 @@ class AuditHunk:
     landed_at: int | None
     expected_at: int | None
     reason: str
-    landed_scope: Scope | None = None
-    expected_scope: Scope | None = None
+    #: what the anchors say is at each site (`anchors.Spot`: the def chain and the container), when known
+    landed_scope: anchors.Spot | None = None
+    expected_scope: anchors.Spot | None = None
     #: stock excerpts (line number, text) around each site, for the side-by-side view; filled for bad hunks only
     landed_excerpt: list[tuple[int, str]] = field(default_factory=list, repr=False)
     expected_excerpt: list[tuple[int, str]] = field(default_factory=list, repr=False)
     #: the hunk's first changed line, shown at both sites
     change_line: str = field(default="", repr=False)
-    #: where the engine finds no acceptable site: its best candidate (stock line of the first agreeing pre-image
-    #: line) and that site's score, shown in the side-by-side view so the reader sees where it would have gone
-    rejected_at: int | None = None
-    rejected_score: float | None = None
-    rejected_excerpt: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
     @property
     def bad(self) -> bool:
@@ -104,19 +101,51 @@ class AuditReport:
 
 @dataclass
 class _FileState:
-    """One file's stock and patched lines, their alignment, and the engine's expected text so far."""
+    """One file's stock and patched lines, their alignment, and what the patches audited so far did to it."""
 
+    path: str
     stock: list[str]
     patched: list[str]
     landing: Alignment  # stock -> patched
-    expected: list[str]  # stock with the earlier patches' placements applied
-    expected_to_stock: Alignment  # stock -> expected
     claimed_old: set[int] = field(default_factory=set)
     claimed_new: set[int] = field(default_factory=set)
-    final_newline: bool = True
     #: lines added by the patches audited so far / removed by the patches still to come (texts)
     added_so_far: set[str] = field(default_factory=set)
     removed_later: Counter = field(default_factory=Counter)
+    #: (stock index, lines added minus removed) of every landed hunk of the earlier patches: a later patch's @@
+    #: header counts the lines of the file with them applied
+    shifts: list[tuple[int, int]] = field(default_factory=list)
+    #: the same for the patch being audited, moved to `shifts` when it is done
+    pending: list[tuple[int, int]] = field(default_factory=list)
+    _patched_outline: anchors.Outline | None = None
+    _stock_outline: anchors.Outline | None = None
+
+    @property
+    def python(self) -> bool:
+        return self.path.endswith(".py")
+
+    def patched_outline(self) -> anchors.Outline:
+        if self._patched_outline is None:
+            self._patched_outline = anchors.outline(self.patched)
+        return self._patched_outline
+
+    def stock_outline(self) -> anchors.Outline:
+        if self._stock_outline is None:
+            self._stock_outline = anchors.outline(self.stock)
+        return self._stock_outline
+
+    def to_stock(self, j: int) -> int:
+        """The stock index of patched line `j` (a line new in the patched file: the stock line after its gap)."""
+        if j < len(self.landing.new) and self.landing.origin[j] is not None:
+            return self.landing.origin[j]
+        return self.landing.gap[min(j, len(self.landing.new))]
+
+    def to_patched(self, i: int) -> int:
+        """The patched index where stock line `i` is, or where it would be (the next surviving line's)."""
+        for j, o in enumerate(self.landing.origin):
+            if o is not None and o >= i:
+                return j
+        return len(self.landing.new)
 
 
 def _lines(data: bytes | None) -> tuple[list[str], bool]:
@@ -125,86 +154,12 @@ def _lines(data: bytes | None) -> tuple[list[str], bool]:
     return split_lines(decode_text(data))
 
 
-def _expected_to_stock(state: _FileState, pos: int, removal: bool) -> int:
-    """Map an index of the expected text to a stock index (an inserted line maps to its gap)."""
-    al = state.expected_to_stock
-    if removal and pos < len(al.new) and al.origin[pos] is not None:
-        return al.origin[pos]
-    return al.gap[pos]
-
-
-def _apply_placements(lines: list[str], placements: list[Placement]) -> list[str]:
-    """Apply placed hunks (windows refer to `lines` before any of them) in order; overlaps are skipped."""
-    out: list[str] = []
-    at = 0
-    for p in sorted(
-        (p for p in placements if p.replacement is not None and p.start is not None and p.ok),
-        key=lambda p: p.start,
-    ):
-        if p.start < at:
-            continue
-        out += lines[at : p.start]
-        out += p.replacement
-        at = p.end if p.end is not None else p.start
-    out += lines[at:]
-    return out
-
-
-def _place(fp: FilePatch, text_lines: list[str], final_newline: bool, exists: bool, path: str) -> list[Placement]:
-    """The engine's placements for every hunk of `fp`; per hunk when the file-level result does not parse
-    (the audit wants each hunk's own site, not a file-wide refusal)."""
-    from .patchfile import join_lines
-
-    result = place_file(fp, join_lines(text_lines, final_newline) if exists else None, path)
-    if result.parse_error:
-        return [place_hunk(h, text_lines, path) for h in fp.hunks]
-    return result.placements
-
-
-def _is_ambiguous(p: Placement) -> bool:
-    """A conflict because no single site stands out (rather than because no site agrees enough)."""
-    text = p.evidence.lower()
-    if "ambiguous" in text or "not unique" in text or "tie" in text.split():
-        return True
-    # two sites that both agree completely; a tie among poor sites means "no acceptable site", not ambiguity
-    return len(p.candidates) >= 2 and p.candidates[1][1] >= 0.999
-
-
 def _excerpt(lines: list[str], line_no: int | None) -> list[tuple[int, str]]:
     if line_no is None:
         return []
     lo = max(1, line_no - EXCERPT_RADIUS)
     hi = min(len(lines), line_no + EXCERPT_RADIUS - 1)
     return [(n, lines[n - 1]) for n in range(lo, hi + 1)]
-
-
-def _safe_scope(lines: list[str], line_no: int | None, path: str) -> Scope | None:
-    if line_no is None or not path.endswith(".py") or not lines:
-        return None
-    try:
-        return scope_at(lines, min(max(line_no, 1), len(lines)))
-    except (NotImplementedError, SyntaxError, ValueError):
-        return None
-
-
-def _change_scope(text: list[str] | None, site: Site, stock: list[str], path: str) -> Scope | None:
-    """The scope of a change where it ended up: the first added line in the text that contains it (what the code
-    means there), else the stock line at the site."""
-    if text is not None and site.new_pos is not None:
-        scope = _safe_scope(text, site.new_pos + 1, path)
-        if scope is not None:
-            return scope
-    return _safe_scope(stock, site.old_pos + 1, path)
-
-
-def _scope_difference(a: Scope | None, b: Scope | None) -> str:
-    if a is None or b is None or a == b:
-        return ""
-    if a.chain != b.chain:
-        return "another scope"
-    if a.branch != b.branch:
-        return "another branch"
-    return "another role"
 
 
 def _patch_label(patch: Patch) -> str:
@@ -229,85 +184,47 @@ def audit(stock: FileTree, patched: FileTree, patches: list[Patch]) -> AuditRepo
             path = fp.new_path or fp.old_path or "?"
             state = states.get(path)
             if state is None:
-                s_lines, s_nl = _lines(stock.read(fp.old_path or path))
+                s_lines, _ = _lines(stock.read(fp.old_path or path))
                 p_lines, _ = _lines(patched.read(path))
                 state = _FileState(
-                    stock=s_lines,
-                    patched=p_lines,
-                    landing=Alignment(s_lines, p_lines),
-                    expected=list(s_lines),
-                    expected_to_stock=Alignment(s_lines, s_lines),
-                    final_newline=s_nl,
-                    removed_later=removed_by.get(path, Counter()),
+                    path, s_lines, p_lines, Alignment(s_lines, p_lines), removed_later=removed_by.get(path, Counter())
                 )
                 states[path] = state
-            exists = bool(state.expected) or stock.read(fp.old_path or path) is not None
-            placements = _place(fp, state.expected, state.final_newline, exists, path)
             for hunk in fp.hunks:
                 state.removed_later.subtract(hunk.removed)
-            for hunk, placement in zip(fp.hunks, placements, strict=True):
-                findings.append(_audit_hunk(label, path, hunk, placement, state))
+            for hunk in fp.hunks:
+                findings.append(_audit_hunk(label, path, hunk, state))
             for hunk in fp.hunks:
                 state.added_so_far.update(hunk.added)
-            state.expected = _apply_placements(state.expected, placements)
-            state.expected_to_stock = Alignment(state.stock, state.expected)
+        for state in states.values():
+            state.shifts += state.pending
+            state.pending = []
     summary = {v.value: 0 for v in AuditVerdict}
     for f in findings:
         summary[f.verdict.value] += 1
     return AuditReport(findings, summary)
 
 
-def _expected_sites(hunk: Hunk, placement: Placement, state: _FileState) -> tuple[list[Site], list[str]] | None:
-    """Where the engine's placement puts each change group (stock indices; `new_pos` indexes the returned text,
-    the expected file with this hunk applied); None when it places nothing."""
-    if placement.start is None or placement.replacement is None:
-        return None
-    end = placement.end if placement.end is not None else placement.start
-    base = state.expected
-    applied = base[: placement.start] + placement.replacement + base[end:]
-    # align only a neighbourhood of the window: the rest of the file is identical, and a whole-file alignment
-    # per hunk would dominate the audit's cost on large files
-    lo = max(0, placement.start - _MARGIN)
-    hi_old = min(len(base), end + _MARGIN)
-    hi_new = hi_old + len(applied) - len(base)
-    al = Alignment(base[lo:hi_old], applied[lo:hi_new])
-    window = (placement.start - lo, placement.start - lo + len(placement.replacement))
-    sites: list[Site] = []
-    c_old: set[int] = set()
-    c_new: set[int] = set()
-    for removed, added in change_groups(hunk):
-        site = locate_group(al, removed, added, c_old, c_new, placement.start - lo, window)
-        if site is None:
-            return None
-        claim(site, c_old, c_new)
-        sites.append(
-            Site(
-                site.old_pos + lo,
-                None if site.new_pos is None else site.new_pos + lo,
-                site.old_len,
-                site.new_len,
-                site.key + lo,
-            )
-        )
-    stock_sites = [
-        Site(
-            _expected_to_stock(state, s.old_pos, bool(s.old_len)),
-            s.new_pos,
-            s.old_len,
-            s.new_len,
-            _expected_to_stock(state, s.key, bool(s.old_len)),
-        )
-        for s in sites
-    ]
-    return stock_sites, applied
+# --------------------------------------------------------------------------------------------------------------
+# One hunk
 
 
-def _landed_sites(hunk: Hunk, state: _FileState, near: list[Site] | None) -> tuple[list[Site], int]:
+def _header_index(hunk: Hunk, state: _FileState) -> int:
+    """The stock index where the @@ header puts the hunk's first change, the earlier patches' lines taken out."""
+    at = hunk.old_start - 1 + hunk.leading_context if hunk.old_len else hunk.old_start
+    shift = 0
+    for line, delta in sorted(state.shifts):
+        if line < at - shift:
+            shift += delta
+    return at - shift
+
+
+def _landed_sites(hunk: Hunk, state: _FileState, near: int) -> tuple[list[Site], int]:
     """Where each change group shows up in the patched file (stock indices); and how many groups were found."""
     found: list[Site] = []
     groups = change_groups(hunk)
-    for g, (removed, added) in enumerate(groups):
-        hint = near[g].old_pos if near and g < len(near) else (found[-1].old_pos if found else hunk.old_start - 1)
+    for removed, added in groups:
+        hint = found[-1].old_pos if found else near
         site = locate_group(
             state.landing, removed, added, state.claimed_old, state.claimed_new, hint, earlier_added=state.added_so_far
         )
@@ -320,134 +237,269 @@ def _landed_sites(hunk: Hunk, state: _FileState, near: list[Site] | None) -> tup
     return found, len(found)
 
 
-def _audit_hunk(label: str, path: str, hunk: Hunk, placement: Placement, state: _FileState) -> AuditHunk:
+def _occurrences(seq: list[str], run: list[str]) -> list[int]:
+    """Every index where `run` occurs verbatim in `seq`."""
+    if not run:
+        return []
+    probe = max(range(len(run)), key=lambda t: len(run[t].strip()))
+    out = []
+    for i, line in enumerate(seq):
+        if line == run[probe]:
+            j = i - probe
+            if 0 <= j and j + len(run) <= len(seq) and seq[j : j + len(run)] == run:
+                out.append(j)
+    return out
+
+
+def _patched_start(site: Site, state: _FileState) -> int:
+    return site.new_pos if site.new_pos is not None else state.to_patched(site.old_pos + site.old_len)
+
+
+def _text_position(hunk: Hunk, state: _FileState, first: Site) -> int | None:
+    """The stock index of the first change when the hunk's post-image sits verbatim around its landing in the
+    patched file (a line that a later patch of the sequence rewrote counts as present), else None.
+
+    An inserted run whose lines repeat its neighbours can be read at several equivalent positions (a slider): each
+    is tried, top first, and the first that agrees is the hunk's own site."""
+    post = hunk.post_image
+    start = _patched_start(first, state)
+    n = first.new_len
+    seq = state.patched
+    positions = [start]
+    if n and first.old_len == 0:
+        j = start
+        while j > 0 and seq[j - 1] == seq[j - 1 + n]:
+            j -= 1
+            positions.insert(0, j)
+        j = start
+        while j + n < len(seq) and seq[j] == seq[j + n]:
+            j += 1
+            positions.append(j)
+    for pos in positions:
+        p0 = pos - hunk.leading_context
+        if p0 < 0 or p0 + len(post) > len(seq):
+            continue
+        if all(seq[p0 + t] == line or state.removed_later[line] > 0 for t, line in enumerate(post)):
+            return first.old_pos if pos == start else state.to_stock(pos)
+    return None
+
+
+@dataclass
+class _GroupView:
+    """One change group as the anchors see it: in the hunk's fragment and at its landing."""
+
+    anchor: anchors.Anchor
+    outline: anchors.Outline  # the text the landing is judged in (patched; stock for a pure removal)
+    at: int
+    span: int
+    in_stock: bool
+
+
+def _group_views(hunk: Hunk, state: _FileState, sites: list[Site]) -> list[_GroupView]:
+    post, pre = hunk.post_image, hunk.pre_image
+    views = []
+    i_pre = i_post = 0
+    g = 0
+    ops = [op for op, _ in hunk.lines]
+    t = 0
+    while t < len(ops):
+        if ops[t] == " ":
+            i_pre += 1
+            i_post += 1
+            t += 1
+            continue
+        start_pre, start_post = i_pre, i_post
+        while t < len(ops) and ops[t] != " ":
+            if ops[t] == "-":
+                i_pre += 1
+            else:
+                i_post += 1
+            t += 1
+        site = sites[g]
+        g += 1
+        added, removed = i_post - start_post, i_pre - start_pre
+        if added:
+            anchor = anchors.anchor_of(post, start_post, added, hunk.section)
+            views.append(_GroupView(anchor, state.patched_outline(), site.new_pos, added, False))
+        else:
+            anchor = anchors.anchor_of(pre, start_pre, removed, hunk.section)
+            views.append(_GroupView(anchor, state.stock_outline(), site.old_pos, removed, True))
+    return views
+
+
+def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Judgement, _GroupView]:
+    """The anchors' judgement of the landing: the first group's that is not confirmed, else the first group's.
+
+    A group that removes lines occurring once in stock is where those lines were: its site is certain by text."""
+    views = _group_views(hunk, state, sites)
+    judged = []
+    for (removed, _), v in zip(change_groups(hunk), views, strict=True):
+        if removed and len(_occurrences(state.stock, removed)) == 1:
+            judged.append((anchors.Judgement("confirmed", "the lines it replaces are there, and only there"), v))
+        else:
+            judged.append((anchors.judge(v.anchor, v.outline, v.at, v.span), v))
+    for j, v in judged:
+        if j.status != "confirmed":
+            return j, v
+    return judged[0]
+
+
+def _twins_fit(hunk: Hunk, state: _FileState, view: _GroupView, twins: list[int], landed: int) -> list[int]:
+    """The stock indices of the other verbatim copies of the pre-image whose site the anchors do not rule out."""
+    out = []
+    offset = hunk.leading_context
+    for t in twins:
+        if t + offset == landed:
+            continue
+        i = t + offset
+        at = i if view.in_stock else state.to_patched(i)
+        if anchors.fits(view.anchor, view.outline, at):
+            out.append(i)
+    return out
+
+
+def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState) -> AuditHunk:
     groups = change_groups(hunk)
-    placed = _expected_sites(hunk, placement, state)
-    expected, expected_text = placed if placed else (None, None)
-    landed, n_found = _landed_sites(hunk, state, expected)
-    expected_at = expected[0].old_pos + 1 if expected else None
-    if expected_at is None and placement.verdict is Verdict.ALREADY_APPLIED and placement.landing_line:
-        expected_at = _expected_to_stock(state, placement.landing_line - 1, True) + 1
+    header = _header_index(hunk, state)
+    landed, n_found = _landed_sites(hunk, state, header)
     complete = n_found == len(groups)
     landed_at = landed[0].old_pos + 1 if complete and landed else None
 
-    def finding(verdict: AuditVerdict, reason: str, **kw) -> AuditHunk:
+    def finding(verdict: AuditVerdict, reason: str, expected_at: int | None, **kw) -> AuditHunk:
         h = AuditHunk(label, path, hunk.index, verdict, landed_at, expected_at, reason, **kw)
         if h.bad:
             h.expected_excerpt = _excerpt(state.stock, expected_at)
             h.landed_excerpt = _excerpt(state.stock, landed_at)
             h.change_line = next((op + t for op, t in hunk.lines if op != " "), "")
-            if expected_at is None and verdict is not AuditVerdict.AMBIGUOUS:
-                _note_rejected(h, placement, state)
         return h
 
-    if placement.verdict is Verdict.ALREADY_APPLIED:
-        if complete and any(g[1] for g in groups):
+    pre, post = hunk.pre_image, hunk.post_image
+    adds = any(added for _, added in groups)
+    in_stock = _occurrences(state.stock, post) if post != pre else []
+    if in_stock and not _occurrences(state.stock, pre):
+        at = min(in_stock, key=lambda i: abs(i - header)) + hunk.leading_context + 1
+        if complete and adds:
             return finding(
                 AuditVerdict.MISPLACED,
-                f"stock already contains this change (near line {expected_at}), yet it was applied again "
-                f"at line {landed_at}",
+                f"stock already contains this change (near line {at}), yet it was applied again at line {landed_at}",
+                at,
             )
-        return finding(AuditVerdict.ALREADY_APPLIED, "stock already contains the hunk's post-image")
-
-    if (
-        not complete
-        and placement.ok
-        and groups
-        and all(all(state.removed_later[line] > 0 for line in added) and added for _, added in groups)
-    ):
-        # a later patch rewrote every line this hunk added: its landing cannot be seen in the patched file
-        verdict = {Verdict.EXACT: AuditVerdict.EXACT, Verdict.OFFSET: AuditVerdict.OFFSET}.get(
-            placement.verdict, AuditVerdict.FUZZY
-        )
-        return AuditHunk(
-            label,
-            path,
-            hunk.index,
-            verdict,
-            None,
-            expected_at,
-            "its added lines were changed again by a later patch; landing not observable, the engine's site is "
-            f"line {expected_at}",
-            expected_scope=placement.scope,
-        )
+        landed_at = None
+        return finding(AuditVerdict.ALREADY_APPLIED, "stock already contains the hunk's post-image", at)
 
     if not complete:
+        if adds and all(all(state.removed_later[line] > 0 for line in added) for _, added in groups if added):
+            # a later patch rewrote every line this hunk added: the landing cannot be seen, only implied
+            twins = _occurrences(state.stock, pre)
+            if twins:
+                at = min(twins, key=lambda i: abs(i - header)) + hunk.leading_context
+                verdict = AuditVerdict.EXACT if at == header else AuditVerdict.OFFSET
+                state.pending.append((at, len(post) - len(pre)))
+                return finding(
+                    verdict,
+                    f"its added lines were changed again by a later patch; its pre-image is at line {at + 1}",
+                    at + 1,
+                )
+            return finding(
+                AuditVerdict.FUZZY,
+                "its added lines were changed again by a later patch, so its landing cannot be seen; that patch "
+                "found them",
+                None,
+            )
         missing = len(groups) - n_found
         what = (
             "not present in the patched file"
             if n_found == 0
-            else (f"only partly present ({missing} of {len(groups)} change groups missing)")
+            else f"only partly present ({missing} of {len(groups)} change groups missing)"
         )
-        return finding(AuditVerdict.FAILED, what + _engine_note(placement), expected_scope=placement.scope)
+        return finding(AuditVerdict.FAILED, what, None)
 
-    if not placement.ok or expected is None:
-        l_scope = _safe_scope(state.stock, landed_at, path)
-        if _is_ambiguous(placement):
-            return finding(
-                AuditVerdict.AMBIGUOUS,
-                f"landed at line {landed_at}, but the hunk has no unique right site: {placement.evidence}",
-                landed_scope=l_scope,
-            )
+    first = landed[0]
+    text_at = _text_position(hunk, state, first)
+    text = text_at is not None
+    if text and text_at != first.old_pos:
+        landed_at = text_at + 1
+    judgement = view = None
+    if state.python:
+        judgement, view = _judge(hunk, state, landed)
+
+    def expected_of(j: anchors.Judgement | None, v: _GroupView | None) -> int | None:
+        if j is None or j.expected_line is None or v is None:
+            return None
+        return (j.expected_line if v.in_stock else state.to_stock(j.expected_line)) + 1
+
+    def scopes(v: _GroupView | None, j: anchors.Judgement | None) -> dict:
+        if v is None:
+            return {}
+        land = anchors.spot_at(v.outline, v.at, v.span)
+        exp = None
+        if j is not None and j.expected_line is not None:
+            exp = anchors.spot_at(v.outline, j.expected_line, 0, range(v.at, v.at + v.span))
+        return {"landed_scope": land, "expected_scope": exp}
+
+    if judgement is not None and judgement.status == "contradicted":
         return finding(
             AuditVerdict.MISPLACED,
-            f"landed at line {landed_at}, but the hunk has no acceptable site in stock: {placement.evidence}",
-            landed_scope=l_scope,
+            f"landed at line {landed_at}: {judgement.reason}",
+            expected_of(judgement, view),
+            **scopes(view, judgement),
         )
 
-    same = len(expected) == len(landed) and all(e.same_place(s) for e, s in zip(expected, landed, strict=True))
-    if same:
-        verdict = {
-            Verdict.EXACT: AuditVerdict.EXACT,
-            Verdict.OFFSET: AuditVerdict.OFFSET,
-        }.get(placement.verdict, AuditVerdict.FUZZY)
-        reason = {
-            AuditVerdict.EXACT: "landed where the patch says",
-            AuditVerdict.OFFSET: f"landed at the engine's site (offset {_offset(hunk, expected_at):+d})"
-            if expected_at is not None
-            else "landed at the engine's site",
-            AuditVerdict.FUZZY: f"context differed; landed at the engine's unique best site ({placement.verdict})",
-        }[verdict]
-        return finding(verdict, reason, landed_scope=placement.scope, expected_scope=placement.scope)
-
-    l_scope = _change_scope(state.patched, landed[0], state.stock, path)
-    e_scope = _change_scope(expected_text, expected[0], state.stock, path) or placement.scope
-    diff = _scope_difference(l_scope, e_scope)
-    where_l = f" ({l_scope.describe()})" if l_scope else ""
-    where_e = f" ({e_scope.describe()})" if e_scope else ""
-    if landed_at == expected_at:
-        # first groups agree, a later group of the same hunk went elsewhere
-        bad = next(g for g, (e, s) in enumerate(zip(expected, landed, strict=False)) if not e.same_place(s))
-        reason = (
-            f"change group {bad + 1} landed at line {landed[bad].old_pos + 1}, "
-            f"belongs at line {expected[bad].old_pos + 1}"
+    if text:
+        state.pending.append((first.old_pos, len(post) - len(pre)))
+        twins = _occurrences(state.stock, pre)
+        if len(twins) > 1 and len(pre) > 0:
+            fit = _twins_fit(hunk, state, view, twins, first.old_pos) if view is not None else [
+                t + hunk.leading_context for t in twins if t + hunk.leading_context != first.old_pos
+            ]
+            if fit:
+                return finding(
+                    AuditVerdict.AMBIGUOUS,
+                    f"landed at line {landed_at}, but its pre-image also occurs at line "
+                    f"{', '.join(str(i + 1) for i in fit)}, and nothing the hunk shows tells the copies apart",
+                    None,
+                    **scopes(view, None),
+                )
+        if text_at == header or first.key == header:
+            return finding(AuditVerdict.EXACT, "landed where the patch says", landed_at)
+        return finding(
+            AuditVerdict.OFFSET, f"landed with its context intact (offset {landed_at - 1 - header:+d})", landed_at
         )
-    else:
-        reason = f"landed at line {landed_at}{where_l}, belongs at line {expected_at}{where_e}"
-    if diff:
-        reason += f" — {diff}"
-    return finding(AuditVerdict.MISPLACED, reason, landed_scope=l_scope, expected_scope=e_scope)
+
+    if judgement is None:
+        # not Python: the lines right next to the change must be the hunk's
+        if _text_neighbour(hunk, state, landed):
+            state.pending.append((first.old_pos, len(post) - len(pre)))
+            return finding(AuditVerdict.FUZZY, "context differed; a line next to the change is the hunk's", landed_at)
+        return finding(
+            AuditVerdict.MISPLACED,
+            f"landed at line {landed_at}, but no line next to it is one the hunk shows there",
+            None,
+        )
+    if judgement.status == "ambiguous":
+        return finding(
+            AuditVerdict.AMBIGUOUS,
+            f"landed at line {landed_at}: {judgement.reason}",
+            expected_of(judgement, view),
+            **scopes(view, judgement),
+        )
+    if judgement.status == "unconfirmed":
+        return finding(
+            AuditVerdict.MISPLACED, f"landed at line {landed_at}: {judgement.reason}", expected_of(judgement, view),
+            **scopes(view, judgement),
+        )
+    state.pending.append((first.old_pos, len(post) - len(pre)))
+    return finding(AuditVerdict.FUZZY, f"context differed; the anchors confirm the landing: {judgement.reason}", landed_at)
 
 
-def _note_rejected(h: AuditHunk, placement: Placement, state: _FileState) -> None:
-    """Record the engine's best candidate site, which it rejected, in stock line numbers."""
-    if placement.ok or not placement.candidates:
-        return
-    line, score = placement.candidates[0]
-    if not 1 <= line <= len(state.expected):
-        return
-    h.rejected_at = _expected_to_stock(state, line - 1, True) + 1
-    h.rejected_score = score
-    h.rejected_excerpt = _excerpt(state.stock, h.rejected_at)
-
-
-def _offset(hunk: Hunk, first_change_at: int) -> int:
-    """Lines between where the `@@` header puts the hunk's first change and where it is."""
-    header_at = hunk.old_start + hunk.leading_context if hunk.old_len else hunk.old_start + 1
-    return first_change_at - header_at
-
-
-def _engine_note(placement: Placement) -> str:
-    if placement.ok:
-        return f"; the engine would place it at line {placement.landing_line} ({placement.verdict})"
-    return f"; the engine finds no site either: {placement.evidence}" if placement.evidence else ""
+def _text_neighbour(hunk: Hunk, state: _FileState, sites: list[Site]) -> bool:
+    """A context line right before the first change or right after the last is next to it in the patched file."""
+    lines = hunk.lines
+    lead = [t for op, t in lines[: hunk.leading_context]]
+    trail = [t for op, t in lines[len(lines) - hunk.trailing_context :]] if hunk.trailing_context else []
+    p = _patched_start(sites[0], state)
+    if lead and p > 0 and state.patched[p - 1] == lead[-1] and lead[-1].strip():
+        return True
+    last = sites[-1]
+    q = _patched_start(last, state) + last.new_len
+    return bool(trail and q < len(state.patched) and state.patched[q] == trail[0] and trail[0].strip())

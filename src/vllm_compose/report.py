@@ -151,17 +151,6 @@ def render_audit(report: AuditReport, width: int = 60) -> str:
         out.append("")
         out.append(f"{h.patch}: {h.file} hunk {h.hunk}: {h.verdict.value.upper()}: {h.reason}")
         left = _column("expected", h.expected_at, h.expected_scope, h.expected_excerpt, h.change_line, width)
-        if h.expected_at is None and h.rejected_at is not None:
-            # the site the engine would have taken had it accepted one; its pre-image starts at that line
-            left += _column(
-                "engine's best (rejected) site",
-                h.rejected_at,
-                None,
-                h.rejected_excerpt,
-                "",
-                width,
-                note=f"score {h.rejected_score:.2f}" if h.rejected_score is not None else "",
-            )
         right = _column("landed", h.landed_at, h.landed_scope, h.landed_excerpt, h.change_line, width)
         for i in range(max(len(left), len(right))):
             a = left[i] if i < len(left) else ""

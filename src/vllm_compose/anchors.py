@@ -1,0 +1,672 @@
+"""Syntax anchors: what a hunk's own lines say about its site, and what a file has at a line, compared by identity.
+
+This is the audit's ruler for *where a hunk belongs*. It shares no code with the placement engine (`placement.py`,
+`scope.py`): the engine scores candidate sites by how much of the hunk's text agrees; this module asks what the
+code around the change *is*, and whether the landing is the same thing.
+
+Both sides go through one description, `Outline`, built from parso's tokens (parso is the error-recovering parser
+jedi uses on code being typed: its tokenizer lexes strings, f-strings, comments and continuation lines, and keeps
+going on a fragment that starts inside brackets or a block). For every physical line the outline records:
+
+- the brackets open at its start, each named by its opener (`Container`): the callee of a call (`call
+  self.propose`), the def whose parameters they are (`params forward`), the name a display is assigned to (`list
+  sparse_tail`, `list return`), the module of an import (`import vllm.config`);
+- the line's *key*: what the line starts, by identity rather than text (`x=` for an assignment or a keyword
+  argument, `x:` for a parameter, `self.foo(` for a call statement, `AttentionBackendEnum.FLASHMLA`, `def name`,
+  `if cond`). A keyword argument whose value drifted keeps its key;
+- the def/class headers that enclose it, by indentation.
+
+A hunk's `Anchor` for one change group comes from the outline of its own lines (the post-image, or the pre-image
+for a pure removal): the innermost container (named when the hunk shows the opener; else only "some brackets" when
+a closer without opener follows, or statement level), the siblings it shows in that container before and after the
+change (keys), the def/class headers it shows above it, and its ``@@`` section. The landing's `Spot` is the same
+description computed on the whole patched file at the change's line. `judge` then says:
+
+- **contradicted** when the landing is provably another site: the hunk's change is inside brackets and it landed at
+  statement level (or the reverse, when the hunk shows the block's header); the hunk names its container and the
+  landing's is another; a sibling the hunk shows in the same container is elsewhere in the enclosing def and not in
+  the landing's container (the container was split or the change went into a look-alike); a def/class the hunk shows
+  or names in its section exists in the file but does not enclose (or precede) the landing;
+- **confirmed** when something the hunk shows is the same thing at the landing (its container, its nearest sibling
+  before or after, another sibling, the block header);
+- **unconfirmed** otherwise.
+
+An anchor the file no longer has is no evidence either way: the target may have renamed or deleted it. Only an
+anchor found *elsewhere* contradicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from parso.python.tokenize import tokenize
+from parso.utils import parse_version_string
+
+_VERSION = parse_version_string("3.12")
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+_CLOSE = {")": "(", "]": "[", "}": "{"}
+_BLOCK_KEYWORDS = frozenset(
+    {"if", "elif", "else", "for", "while", "with", "try", "except", "finally", "match", "case", "async"}
+)
+_STATEMENT_KEYWORDS = frozenset(
+    {"return", "yield", "raise", "pass", "break", "continue", "assert", "del", "global", "nonlocal", "await"}
+)
+#: keys that say too little to confirm or contradict a site on their own
+_GENERIC_KEYS = frozenset({"else:", "try:", "finally:", "return", "pass", "break", "continue", "raise", "yield"})
+
+
+@dataclass(frozen=True)
+class Container:
+    """The innermost construct around a position. `kind`: call, params, bases, subscript, list, tuple, dict, import,
+    paren (after a keyword: ``if (``), block; or brackets-( / brackets-[ / brackets-{ when only a closer shows them.
+    `name`: its identity (callee, def name, assignment target, import module, block header key; "" unknown)."""
+
+    kind: str
+    name: str = ""
+
+    @property
+    def bracketed(self) -> bool:
+        return self.kind != "block"
+
+    @property
+    def named(self) -> bool:
+        return bool(self.name) and not self.kind.startswith("brackets")
+
+    def describe(self) -> str:
+        if self.kind == "block":
+            if self.name.startswith(("def ", "class ")):
+                return f"the body of `{self.name}`"
+            return f"the block of `{self.name}`" if self.name else "statement level"
+        if self.kind.startswith("brackets"):
+            return f"inside `{self.kind[-1]}` brackets"
+        if self.kind in ("list", "tuple", "dict") and self.name:
+            return f"the {self.kind} returned" if self.name == "return" else f"the {self.kind} `{self.name}`"
+        label = {"params": "parameters of", "call": "arguments of", "bases": "bases of", "import": "import from"}
+        return f"{label.get(self.kind, self.kind)} `{self.name}`" if self.name else f"a {self.kind}"
+
+
+@dataclass
+class _Line:
+    depth: int = 0  # bracket depth at the line's start, relative to the text's start (negative: closed above it)
+    openers: tuple[tuple[Container, int], ...] = ()  # brackets opened in the text and open at the line's start
+    indent: int | None = None  # column of the line's first token; None for a blank or comment-only line
+    key: str | None = None  # what the line starts (None: blank, comment, inside a string, or a closer)
+    closer: str | None = None  # the line starts with this closing bracket
+    in_string: bool = False  # the line is inside a multi-line string
+    header: str | None = None  # "def name" / "class Name" when the line is such a header
+
+
+class Outline:
+    """Per physical line of a text: its brackets, key, indentation and def/class header (see the module doc)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = [_Line() for _ in lines]
+        self.n = len(lines)
+        self._build("\n".join(lines) + "\n")
+
+    def _build(self, code: str) -> None:
+        stack: list[tuple[Container, int]] = []
+        depth = 0
+        fstring = 0
+        logical: list = []  # tokens of the current logical line, for naming openers
+        by_line: dict[int, list] = {}
+        for tok in tokenize(code, version_info=_VERSION):
+            kind = tok.type.name
+            row = tok.start_pos[0] - 1
+            if row >= self.n:
+                break
+            if kind in ("INDENT", "DEDENT", "ERROR_DEDENT", "ENDMARKER"):
+                continue
+            if kind == "NEWLINE":
+                logical = []
+                continue
+            end_row = row + tok.string.count("\n")
+            for r in range(row + 1, min(end_row, self.n - 1) + 1):
+                self.lines[r].in_string = True
+            if kind == "FSTRING_START":
+                fstring += 1
+            elif kind == "FSTRING_END":
+                fstring = max(0, fstring - 1)
+            line = self.lines[row]
+            if row not in by_line:
+                by_line[row] = []
+                line.depth = depth
+                line.openers = tuple(stack)
+                line.indent = tok.start_pos[1]
+                if kind == "OP" and tok.string in _CLOSE:
+                    line.closer = tok.string
+            by_line[row].append(tok)
+            if kind == "OP" and not fstring:
+                if tok.string in _OPEN:
+                    stack.append((_name_opener(logical, tok.string), row))
+                    depth += 1
+                elif tok.string in _CLOSE:
+                    if stack:
+                        stack.pop()
+                    depth -= 1
+            logical.append(tok)
+        for row, toks in by_line.items():
+            line = self.lines[row]
+            if line.closer is None and not (line.in_string and toks[0].start_pos[1] == 0 and row > 0):
+                line.key = _key(toks)
+            if line.key and (line.key.startswith("def ") or line.key.startswith("class ")):
+                line.header = line.key
+        self._floor = []
+        low = 0
+        for line in self.lines:
+            low = min(low, line.depth)
+            self._floor.append(low)
+        # lines that carry no token (blank, comment-only) take the depth and brackets of the next line with one
+        nxt = _Line()
+        for row in range(self.n - 1, -1, -1):
+            line = self.lines[row]
+            if row not in by_line:
+                line.depth, line.openers = nxt.depth, nxt.openers
+            else:
+                nxt = line
+
+    # ----------------------------------------------------------------------------------------------------------
+    # what encloses a line
+
+    def chain(self, at: int) -> list[str]:
+        """The def/class headers enclosing line `at` (outermost first), by indentation of the statements above."""
+        indent = self._statement_indent(at)
+        found: list[str] = []
+        for r in range(min(at, self.n) - 1, -1, -1):
+            line = self.lines[r]
+            if line.indent is None or line.key is None or line.in_string or line.depth != self._base(r):
+                continue
+            if indent is None or line.indent < indent:
+                if line.header:
+                    found.append(line.header)
+                indent = line.indent
+                if indent == 0:
+                    break
+        return found[::-1]
+
+    def header_before(self, at: int, skip: int = 0) -> str | None:
+        """The nearest def/class header above line `at` at any indentation (git's python diff driver), after
+        skipping `skip` of them."""
+        for r in range(min(at, self.n) - 1, -1, -1):
+            if self.lines[r].header and not self.lines[r].in_string:
+                if skip == 0:
+                    return self.lines[r].header
+                skip -= 1
+        return None
+
+    def headers(self) -> dict[str, list[int]]:
+        """Every def/class header of the text, by key, with its lines."""
+        out: dict[str, list[int]] = {}
+        for r, line in enumerate(self.lines):
+            if line.header and not line.in_string:
+                out.setdefault(line.header, []).append(r)
+        return out
+
+    def def_range(self, at: int) -> tuple[int, int]:
+        """Lines of the innermost def/class around `at` (the whole text when there is none)."""
+        chain_rows = [r for r in range(min(at, self.n) - 1, -1, -1) if self.lines[r].header]
+        enclosing = self.chain(at)
+        if not enclosing:
+            return 0, self.n
+        target = enclosing[-1]
+        start = next((r for r in chain_rows if self.lines[r].header == target), 0)
+        indent = self.lines[start].indent or 0
+        end = start + 1
+        while end < self.n:
+            line = self.lines[end]
+            if line.indent is not None and line.key and line.depth == self._base(end) and line.indent <= indent:
+                break
+            end += 1
+        return start, end
+
+    def _base(self, r: int) -> int:
+        """The depth of statement level at line `r`: 0 in a whole file; in a fragment, the lowest depth reached."""
+        return self._floor[min(r, self.n - 1)] if self.n else 0
+
+    def _statement_indent(self, at: int) -> int | None:
+        """The indentation of the statement that line `at` belongs to (the line that opened its outermost bracket)."""
+        if at >= self.n:
+            return None
+        line = self.lines[at]
+        if line.openers:
+            return self.lines[line.openers[0][1]].indent
+        return line.indent
+
+    # ----------------------------------------------------------------------------------------------------------
+    # the container of a position, and its siblings
+
+    def container(self, at: int, span: int, indent: int | None = None) -> tuple[Container, int, int, int]:
+        """The container of the change at lines [at, at+span) (`indent`: its statement indentation): the container,
+        the depth of its elements, and the line range [lo, hi) in which its siblings are looked for."""
+        line = self.lines[at] if at < self.n else _Line()
+        depth = line.depth
+        if line.openers:
+            c, opened = line.openers[-1]
+            hi = at + span
+            while hi < self.n and not (self.lines[hi].depth < depth or (self.lines[hi].closer and self.lines[hi].depth == depth)):
+                hi += 1
+            return c, depth, opened + 1, hi
+        # no opener shown: a closer below that takes the depth under this line's means hidden brackets
+        for r in range(at + span, self.n):
+            other = self.lines[r]
+            if other.closer and other.depth == depth:
+                return Container(f"brackets-{_CLOSE[other.closer]}"), depth, 0, r
+            if other.depth < depth:
+                break
+            if other.indent is not None and line.indent is not None and other.key and other.indent < line.indent:
+                break
+        # statement level: the block of the header above
+        indent = line.indent if indent is None else indent
+        lo = at
+        name = ""
+        while lo > 0:
+            prev = self.lines[lo - 1]
+            if prev.key and prev.depth == depth and prev.indent is not None and indent is not None:
+                if prev.indent < indent:
+                    head = prev.key.split(" ", 1)[0].rstrip(":")
+                    name = prev.key if head in _BLOCK_KEYWORDS or head in ("def", "class") else ""
+                    break
+            lo -= 1
+        hi = at + span
+        while hi < self.n:
+            nxt = self.lines[hi]
+            if nxt.key and nxt.depth == depth and nxt.indent is not None and indent is not None and nxt.indent < indent:
+                break
+            hi += 1
+        return Container("block", name), depth, lo, hi
+
+    def siblings(self, lo: int, hi: int, depth: int, indent: int | None, skip: range) -> list[tuple[int, str]]:
+        """The element lines (line, key) at `depth` in [lo, hi), outside `skip`; at statement level (`indent`
+        given) only the statements at that indentation."""
+        out = []
+        for r in range(lo, hi):
+            line = self.lines[r]
+            if r in skip or line.key is None or line.in_string or line.depth != depth:
+                continue
+            if indent is not None and line.indent != indent:
+                continue
+            out.append((r, line.key))
+        return out
+
+
+@lru_cache(maxsize=4096)
+def _outline_cached(text: tuple[str, ...]) -> Outline:
+    return Outline(list(text))
+
+
+def outline(lines: list[str]) -> Outline:
+    return _outline_cached(tuple(lines))
+
+
+def _dotted_before(toks: list) -> str:
+    """The dotted name that ends the token list (``self.propose`` in ``x = self.propose``), or ""."""
+    parts: list[str] = []
+    i = len(toks) - 1
+    while i >= 0:
+        t = toks[i]
+        if t.type.name == "NAME":
+            parts.append(t.string)
+            if i > 0 and toks[i - 1].string == ".":
+                i -= 2
+                continue
+        break
+    return ".".join(reversed(parts))
+
+
+def _name_opener(logical: list, char: str) -> Container:
+    """Name the bracket `char` from the tokens of its logical line before it."""
+    prev = logical[-1] if logical else None
+    if prev is not None and prev.type.name == "NAME" and len(logical) >= 2 and logical[-2].string == "def":
+        return Container("params", prev.string)
+    if prev is not None and prev.type.name == "NAME" and len(logical) >= 2 and logical[-2].string == "class":
+        return Container("bases", prev.string)
+    if prev is not None and prev.string == "import" and char == "(":
+        mod = [t.string for t in logical[1:-1]] if logical and logical[0].string == "from" else []
+        return Container("import", "".join(mod))
+    if prev is not None and (prev.type.name == "NAME" or prev.string in (")", "]")) and prev.string not in _KEYWORDS:
+        callee = _dotted_before(logical) if prev.type.name == "NAME" else ""
+        return Container("call" if char == "(" else ("subscript" if char == "[" else "dict"), callee)
+    kind = {"(": "tuple", "[": "list", "{": "dict"}[char]
+    if prev is None:
+        return Container(kind)
+    if prev.string in ("=", ":") and len(logical) >= 2:
+        # `target = [`, `name=[` (a keyword argument), `"key": [`
+        target = _dotted_before(logical[:-1]) or logical[-2].string
+        return Container(kind, target)
+    if prev.type.name == "NAME":  # a keyword: return [ / if ( / in (
+        return Container("paren" if char == "(" else kind, prev.string)
+    return Container(kind)
+
+
+_KEYWORDS = _BLOCK_KEYWORDS | _STATEMENT_KEYWORDS | {"in", "not", "and", "or", "is", "lambda", "import", "from"}
+
+
+def _key(toks: list) -> str | None:
+    """What a line starts, by identity (see the module doc)."""
+    if not toks:
+        return None
+    first = toks[0]
+    if first.type.name == "NAME":
+        if first.string in ("def", "class") and len(toks) > 1:
+            return f"{first.string} {toks[1].string}"
+        if first.string == "async" and len(toks) > 2 and toks[1].string == "def":
+            return f"def {toks[2].string}"
+        if first.string in ("from", "import"):
+            mod = []
+            for t in toks[1:]:
+                if t.string == "import" or t.string == ",":
+                    break
+                mod.append(t.string)
+            return f"{first.string} {''.join(mod)}"
+        if first.string in _BLOCK_KEYWORDS:
+            name = _dotted_after(toks, 1)
+            return f"{first.string} {name}".rstrip() if name else f"{first.string}:"
+        if first.string in _STATEMENT_KEYWORDS:
+            return first.string
+    if first.string == "@":
+        return "@" + _dotted_after(toks, 1)
+    if first.string == "*" or first.string == "**":
+        return first.string + _dotted_after(toks, 1)
+    parts: list[str] = []
+    for t in toks:
+        if t.type.name in ("OP",) and t.string in ("(", "[", "{", "=", ":", "+=", "-=", "*=", "|=", "->"):
+            parts.append(t.string if t.string != "->" else "")
+            break
+        if t.type.name == "OP" and t.string in (",", ")", "]", "}"):
+            break
+        if t.type.name in ("COMMENT",):
+            break
+        parts.append(t.string)
+    key = "".join(parts)
+    return key or None
+
+
+def _dotted_after(toks: list, i: int) -> str:
+    parts: list[str] = []
+    while i < len(toks) and toks[i].type.name == "NAME" and toks[i].string not in ("not",):
+        parts.append(toks[i].string)
+        if i + 1 < len(toks) and toks[i + 1].string == ".":
+            i += 2
+            continue
+        break
+    return ".".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The hunk's claims and the landing's facts
+
+
+@dataclass
+class Spot:
+    """What a text has around lines [at, at+span): the change's container and the siblings next to it."""
+
+    container: Container
+    before: list[tuple[int, str]]  # (line, key), nearest last
+    after: list[tuple[int, str]]  # nearest first
+    chain: list[str]
+    line: int
+    #: the first line after the container ends: its key and its indentation relative to the container's end
+    follows: tuple[str, int] | None = None
+
+    def describe(self) -> str:
+        where = " > ".join(h.split(" ", 1)[1] for h in self.chain) or "<module>"
+        return f"in {where}, {self.container.describe()}"
+
+
+@dataclass
+class Anchor:
+    """What a hunk's own lines say about one change group's site."""
+
+    spot: Spot  # the hunk fragment's own description (line numbers index the fragment)
+    shows_header: bool  # the hunk shows the block header that encloses the change (statement level is certain)
+    section: str | None  # "def name" / "class Name" from the @@ section text
+    leading_headers: int  # def/class headers among the hunk's lines above the change
+    shown_chain: list[str] = field(default_factory=list)
+
+
+def spot_at(o: Outline, at: int, span: int, skip: range | None = None, indent: int | None = None) -> Spot:
+    """The description of lines [at, at+span) of an outlined text (`skip`: lines that are not there, default the
+    span; `indent`: the indentation a statement inserted at `at` has, default that of its first line)."""
+    skip = range(at, at + span) if skip is None else skip
+    if indent is None:
+        indent = next((o.lines[r].indent for r in range(at, min(at + max(span, 1), o.n)) if o.lines[r].key), None)
+    container, depth, lo, hi = o.container(at, span, indent)
+    if not container.bracketed and indent is None:
+        indent = o.lines[at].indent if at < o.n else None
+    sibs = o.siblings(lo, hi, depth, None if container.bracketed else indent, skip)
+    before = [s for s in sibs if s[0] < at]
+    after = [s for s in sibs if s[0] >= at + span]
+    return Spot(container, before, after, o.chain(at), at, _follows(o, container, hi, indent, skip))
+
+
+def _follows(o: Outline, container: Container, hi: int, indent: int | None, skip: range) -> tuple[str, int] | None:
+    """What comes after the container: for brackets, the first line after the closing line; for a block, the line
+    that ends it. Its key and indentation relative to the closing line (brackets) or to the block (statements)."""
+    if container.bracketed:
+        if hi >= o.n or o.lines[hi].closer is None or o.lines[hi].indent is None:
+            return None
+        base, r = o.lines[hi].indent, hi + 1
+    else:
+        if indent is None:
+            return None
+        base, r = indent, hi
+    while r < o.n and (r in skip or o.lines[r].key is None or o.lines[r].in_string):
+        r += 1
+    if r >= o.n or o.lines[r].indent is None:
+        return None
+    return o.lines[r].key, o.lines[r].indent - base
+
+
+def anchor_of(fragment: list[str], at: int, span: int, section: str) -> Anchor:
+    """The hunk's claims for the change at fragment lines [at, at+span) (the fragment: the hunk's post-image, or its
+    pre-image for a pure removal)."""
+    o = outline(fragment)
+    spot = spot_at(o, at, span)
+    shows_header = not spot.container.bracketed and bool(spot.container.name)
+    headers_above = sum(1 for r in range(at) if o.lines[r].header)
+    sec = _section_key(section)
+    return Anchor(spot, shows_header, sec, headers_above, o.chain(at))
+
+
+def _section_key(section: str) -> str | None:
+    s = section.strip()
+    for prefix in ("async def ", "def ", "class "):
+        if s.startswith(prefix):
+            name = s[len(prefix) :].split("(")[0].split(":")[0].strip()
+            if name.isidentifier():
+                return ("def " if "def" in prefix else "class ") + name
+    return None
+
+
+def _distinctive(key: str) -> bool:
+    return key not in _GENERIC_KEYS and sum(c.isalnum() for c in key) >= 3
+
+
+@dataclass
+class Judgement:
+    """`judge`'s answer: contradicted / confirmed / unconfirmed / ambiguous, why, and the insertion point (a line of
+    the judged text) where the hunk's anchors fit best when that is not the landing (None when nowhere else)."""
+
+    status: str
+    reason: str
+    expected_line: int | None = None
+
+
+def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
+    """Compare the hunk's claims with the landing at lines [at, at+span) of the outlined text `o`, and with every
+    other site of `o` its anchors point at."""
+    skip = range(at, at + span)
+    land = spot_at(o, at, span)
+    # a point with the landing's container and neighbours is the landing itself (e.g. the lines after a replaced
+    # def header are its body, not another site)
+    others = [
+        (p, s)
+        for p, s, spot in _candidates(anchor, o, skip)
+        if not (at <= p <= at + span) and not _same_site(spot, land)
+    ]
+    fitting = [(p, s) for p, s in others if s is not None]
+    best = max(fitting, key=lambda ps: ps[1], default=None)
+    best_indent = None
+    expected = best[0] if best else None
+    hard = _contradiction(anchor, o, land, at, span)
+    if hard:
+        return Judgement("contradicted", hard, expected)
+    mine = _score(anchor, o, land)
+    if mine is None:
+        return Judgement("contradicted", f"the hunk's anchors do not fit the landing ({land.describe()})", expected)
+    if best and best[1] > mine:
+        return Judgement(
+            "contradicted",
+            f"another site fits what the hunk shows better ({_why(anchor, o, spot_at(o, best[0], 0, skip, best_indent))} "
+            f"there, against {_why(anchor, o, land)} at the landing)",
+            expected,
+        )
+    if mine[0] == 0:
+        return Judgement(
+            "unconfirmed",
+            f"nothing the hunk shows around the change is next to the landing ({land.describe()})",
+            expected,
+        )
+    if best and best[1] == mine:
+        return Judgement("ambiguous", f"another site fits what the hunk shows as well ({_why(anchor, o, land)})", expected)
+    return Judgement("confirmed", _why(anchor, o, land))
+
+
+def _contradiction(anchor: Anchor, o: Outline, land: Spot, at: int, span: int) -> str | None:
+    """A claim of the hunk that the landing provably breaks (see the module doc), or None."""
+    mine = anchor.spot
+    headers = o.headers()
+    for h in anchor.shown_chain:
+        if h not in land.chain and h in headers:
+            return f"the hunk shows it inside `{h}`, it landed {land.describe()}"
+    if anchor.section and anchor.section in headers and anchor.section not in land.chain:
+        if o.header_before(at, anchor.leading_headers) != anchor.section:
+            return f"its @@ section names `{anchor.section}`, it landed {land.describe()}"
+    if mine.container.bracketed and not land.container.bracketed:
+        where = " > ".join(h.split(" ", 1)[1] for h in land.chain) or "<module>"
+        return f"the hunk puts it {mine.container.describe()}, it landed at statement level in {where}"
+    if anchor.shows_header and land.container.bracketed:
+        return f"the hunk puts it in {mine.container.describe()}, it landed {land.container.describe()}"
+    if mine.container.named and land.container.named and mine.container != land.container:
+        return f"the hunk puts it in {mine.container.describe()}, it landed in {land.container.describe()}"
+    land_keys = {k for _, k in land.before + land.after}
+    lo, hi = o.def_range(at)
+    for _, key in mine.before[::-1] + mine.after:
+        if key in land_keys or not _distinctive(key):
+            continue
+        for r in range(lo, hi):
+            if at <= r < at + span or o.lines[r].key != key or o.lines[r].in_string:
+                continue
+            if _bracketed_at(o, r) == land.container.bracketed:
+                return (
+                    f"the hunk shows `{key}` in the same {_what(mine.container)} as the change; the landing's "
+                    f"({land.container.describe()}) lacks it, and it is at line {r + 1}"
+                )
+    return None
+
+
+def _score(anchor: Anchor, o: Outline, spot: Spot) -> tuple[int, int] | None:
+    """How much of what the hunk shows is at `spot`: (claims met, siblings matched), or None when the spot is of
+    another kind (brackets vs statement level) or in a def the hunk's section rules out."""
+    mine = anchor.spot
+    if mine.container.bracketed != spot.container.bracketed and (mine.container.bracketed or anchor.shows_header):
+        return None
+    if mine.container.named and spot.container.named and mine.container != spot.container:
+        return None
+    met = 0
+    if mine.container.named and mine.container == spot.container:
+        met += 2
+    before = _run([k for _, k in mine.before[::-1]], [k for _, k in spot.before[::-1]])
+    after = _run([k for _, k in mine.after], [k for _, k in spot.after])
+    met += before + after
+    if anchor.section and anchor.section in spot.chain:
+        met += 1
+    if mine.follows and spot.follows == mine.follows:
+        met += 1
+    return met, before + after
+
+
+def _run(a: list[str], b: list[str]) -> int:
+    """How many of `a` (nearest first) are in `b` (nearest first) in the same order, each at most two elements
+    after the previous one's match: the target may have added elements, or dropped one the hunk shows."""
+    n = 0
+    j = 0
+    for key in a:
+        try:
+            k = b.index(key, j, j + 3)
+        except ValueError:
+            continue
+        n += 1
+        j = k + 1
+    return n
+
+
+def _same_site(a: Spot, b: Spot) -> bool:
+    return a.container == b.container and a.before[-1:] == b.before[-1:] and a.after[:1] == b.after[:1]
+
+
+def _candidates(anchor: Anchor, o: Outline, skip: range) -> list[tuple[int, tuple[int, int] | None, Spot]]:
+    """Insertion points of `o` next to a line keyed like the hunk's nearest sibling, each with its `_score` (None
+    where the hunk's kind or section rules it out)."""
+    mine = anchor.spot
+    points: dict[int, int | None] = {}
+    before = {k for _, k in mine.before if _distinctive(k)}
+    after = {k for _, k in mine.after if _distinctive(k)}
+    for r, line in enumerate(o.lines):
+        if r in skip or line.in_string or line.key is None:
+            continue
+        if line.key in before:
+            points[_element_end(o, r, skip)] = line.indent
+        if line.key in after:
+            points.setdefault(r, line.indent)
+    out = []
+    for p, indent in sorted(points.items()):
+        spot = spot_at(o, p, 0, skip, indent)
+        hard = _contradiction(anchor, o, spot, p, 0)
+        out.append((p, None if hard else _score(anchor, o, spot), spot))
+    return out
+
+
+def _element_end(o: Outline, r: int, skip: range) -> int:
+    """The line after the element that starts at line `r` (its continuation lines and nested block included)."""
+    depth, indent = o.lines[r].depth, o.lines[r].indent
+    e = r + 1
+    while e < o.n:
+        line = o.lines[e]
+        if e not in skip and (line.key or line.closer) and not line.in_string and line.depth <= depth:
+            if line.depth < depth or line.closer or indent is None or (line.indent or 0) <= indent:
+                break
+        e += 1
+    return e
+
+
+def _why(anchor: Anchor, o: Outline, spot: Spot) -> str:
+    mine = anchor.spot
+    parts = []
+    if mine.container.named and mine.container == spot.container:
+        parts.append(spot.container.describe())
+    before = _run([k for _, k in mine.before[::-1]], [k for _, k in spot.before[::-1]])
+    after = _run([k for _, k in mine.after], [k for _, k in spot.after])
+    if before:
+        parts.append(f"{before} of {len(mine.before)} siblings before")
+    if after:
+        parts.append(f"{after} of {len(mine.after)} after")
+    if mine.follows and spot.follows == mine.follows:
+        parts.append(f"then `{spot.follows[0]}` as the hunk shows")
+    return ", ".join(parts) or "none of its anchors"
+
+
+def _what(c: Container) -> str:
+    return "block" if c.kind == "block" else "brackets"
+
+
+def _bracketed_at(o: Outline, r: int) -> bool:
+    line = o.lines[r]
+    return bool(line.openers) or line.depth > o._base(r)
+
+
+def fits(anchor: Anchor, o: Outline, at: int) -> bool:
+    """The hunk's anchors allow a change inserted at line `at` of `o` (no claim broken, the kind agrees)."""
+    spot = spot_at(o, at, 0)
+    return _contradiction(anchor, o, spot, at, 0) is None and _score(anchor, o, spot) is not None
