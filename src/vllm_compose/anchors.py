@@ -95,6 +95,8 @@ class _Line:
     closer: str | None = None  # the line starts with this closing bracket
     in_string: bool = False  # the line is inside a multi-line string
     header: str | None = None  # "def name" / "class Name" when the line is such a header
+    comment: str | None = None  # a comment-only line: "#" and its text (a sibling by identity, never a boundary)
+    comment_indent: int | None = None
 
 
 class Outline:
@@ -104,6 +106,11 @@ class Outline:
         self.lines = [_Line() for _ in lines]
         self.n = len(lines)
         self._build("\n".join(lines) + "\n")
+        for text, line in zip(lines, self.lines, strict=True):
+            stripped = text.strip()
+            if line.indent is None and not line.in_string and stripped.startswith("#") and len(stripped) > 1:
+                line.comment = "#" + " ".join(stripped[1:].split())
+                line.comment_indent = len(text) - len(text.lstrip())
 
     def _build(self, code: str) -> None:
         stack: list[tuple[Container, int]] = []
@@ -282,11 +289,14 @@ class Outline:
         out = []
         for r in range(lo, hi):
             line = self.lines[r]
-            if r in skip or line.key is None or line.in_string or line.depth != depth:
+            if r in skip or line.in_string or line.depth != depth:
                 continue
-            if indent is not None and line.indent != indent:
-                continue
-            out.append((r, line.key))
+            if line.key is not None:
+                if indent is not None and line.indent != indent:
+                    continue
+                out.append((r, line.key))
+            elif line.comment is not None and (indent is None or line.comment_indent == indent):
+                out.append((r, line.comment))
         return out
 
 
@@ -480,7 +490,8 @@ def _section_key(section: str) -> str | None:
 
 
 def _distinctive(key: str) -> bool:
-    return key not in _GENERIC_KEYS and sum(c.isalnum() for c in key) >= 3
+    """A key that can contradict a site: code (a comment says where, never that a site is wrong)."""
+    return not key.startswith("#") and key not in _GENERIC_KEYS and sum(c.isalnum() for c in key) >= 3
 
 
 @dataclass
@@ -500,10 +511,11 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
     land = spot_at(o, at, span)
     # a point with the landing's container and neighbours is the landing itself (e.g. the lines after a replaced
     # def header are its body, not another site)
+    gap = _gap(anchor.spot, land)
     others = [
         (p, s)
         for p, s, spot in _candidates(anchor, o, skip)
-        if not (at <= p <= at + span) and not _same_site(spot, land)
+        if not (at <= p <= at + span) and not _same_site(spot, land) and not (gap and _gap(anchor.spot, spot) == gap)
     ]
     fitting = [(p, s) for p, s in others if s is not None]
     best = max(fitting, key=lambda ps: ps[1], default=None)
@@ -540,8 +552,8 @@ def _contradiction(anchor: Anchor, o: Outline, land: Spot, at: int, span: int) -
     for h in anchor.shown_chain:
         if h not in land.chain and h in headers:
             return f"the hunk shows it inside `{h}`, it landed {land.describe()}"
-    if anchor.section and anchor.section in headers and anchor.section not in land.chain:
-        if o.header_before(at, anchor.leading_headers) != anchor.section:
+    if anchor.section and not anchor.leading_headers and anchor.section in headers and anchor.section not in land.chain:
+        if o.header_before(at) != anchor.section:
             return f"its @@ section names `{anchor.section}`, it landed {land.describe()}"
     if mine.container.bracketed and not land.container.bracketed:
         where = " > ".join(h.split(" ", 1)[1] for h in land.chain) or "<module>"
@@ -602,6 +614,17 @@ def _run(a: list[str], b: list[str]) -> int:
     return n
 
 
+def _gap(mine: Spot, spot: Spot) -> tuple[int | None, int | None] | None:
+    """The lines of the nearest siblings the hunk shows that `spot` has before and after it: two points with the
+    same ones are the same gap in the hunk's terms (the target added elements there; the order among them is the
+    engine's decision, not a second site)."""
+    before = next((r for r, k in spot.before[::-1] if k in {key for _, key in mine.before}), None)
+    after = next((r for r, k in spot.after if k in {key for _, key in mine.after}), None)
+    if before is None and after is None:
+        return None
+    return before, after
+
+
 def _same_site(a: Spot, b: Spot) -> bool:
     return a.container == b.container and a.before[-1:] == b.before[-1:] and a.after[:1] == b.after[:1]
 
@@ -611,15 +634,17 @@ def _candidates(anchor: Anchor, o: Outline, skip: range) -> list[tuple[int, tupl
     where the hunk's kind or section rules it out)."""
     mine = anchor.spot
     points: dict[int, int | None] = {}
-    before = {k for _, k in mine.before if _distinctive(k)}
-    after = {k for _, k in mine.after if _distinctive(k)}
+    before = {k for _, k in mine.before if _distinctive(k) or k.startswith("#")}
+    after = {k for _, k in mine.after if _distinctive(k) or k.startswith("#")}
     for r, line in enumerate(o.lines):
-        if r in skip or line.in_string or line.key is None:
+        key = line.key if line.key is not None else line.comment
+        if r in skip or line.in_string or key is None:
             continue
-        if line.key in before:
-            points[_element_end(o, r, skip)] = line.indent
-        if line.key in after:
-            points.setdefault(r, line.indent)
+        indent = line.indent if line.key is not None else line.comment_indent
+        if key in before:
+            points[r + 1 if line.key is None else _element_end(o, r, skip)] = indent
+        if key in after:
+            points.setdefault(r, indent)
     out = []
     for p, indent in sorted(points.items()):
         spot = spot_at(o, p, 0, skip, indent)
