@@ -47,6 +47,9 @@ from drift.sites import ORDER_FREE_KINDS  # noqa: E402
 from drift.synthetic import SYNTHETIC_CLASSES  # noqa: E402
 from drift.tools import ToolResult, Workbench, engine_runner  # noqa: E402
 
+from vllm_compose.audit import audit  # noqa: E402
+from vllm_compose.patchfile import parse_patch  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = (
     "patch --fuzz=0",
@@ -97,6 +100,23 @@ def _run_tools(path: str, target: str, diff: str, base: str, bench: Workbench, e
     return results
 
 
+class _Texts:
+    """A one-file tree for the audit."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path, self.data = path, text.encode()
+
+    def read(self, path: str) -> bytes | None:
+        return self.data if path == self.path else None
+
+
+def audit_result(path: str, target: str, result: str, diff: str) -> tuple[bool, str]:
+    """The audit (`vllm_compose.audit`, which shares no code with the engine) of one tool's result: (flagged, why)."""
+    report = audit(_Texts(path, target), _Texts(path, result), [parse_patch(diff.encode(), "case.diff")])
+    bad = report.bad_hunks
+    return bool(bad), (f"{bad[0].verdict}: {bad[0].reason}" if bad else "")
+
+
 def run_case(case: Case, bench: Workbench, engine, own_base: bool = True) -> dict:
     """Every tool on one case (and, with `own_base`, on the file the diff was made from); the case's JSON record."""
     results = _run_tools(case.path, case.target_text, case.diff, case.source_text, bench, engine)
@@ -117,6 +137,12 @@ def run_case(case: Case, bench: Workbench, engine, own_base: bool = True) -> dic
         entry = {"outcome": outcome, "equivalent": equivalent, "detail": res.detail[:2000]}
         if res.verdicts is not None:
             entry["verdicts"] = res.verdicts
+        if res.applied:
+            try:
+                flagged, why = audit_result(case.path, case.target_text, res.text, case.diff)
+            except Exception as exc:  # a crash is a finding to report
+                flagged, why = True, f"audit raised {type(exc).__name__}: {exc}"
+            entry["audit"] = {"flagged": flagged, "why": why[:600]}
         record["tools"][tool] = entry
     if own_base and case.edited:
         own = _run_tools(case.path, case.source_text, case.diff, case.source_text, bench, engine)
@@ -234,6 +260,8 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
     lines += _own_base(summary)
     lines += _synthetic(summary)
     lines += _harm(summary)
+    lines += _audit_table(records)
+    lines.append("")
     lines.append("Per target release and edit kind (drifted cases only; correct / misplaced / rejected):")
     lines.append("")
     lines.append(_breakdown(records))
@@ -244,6 +272,33 @@ def render(summary: dict, records: list[dict], meta: dict) -> str:
     if engine_notes:
         lines += ["", engine_notes]
     return "\n".join(lines)
+
+
+def _audit_table(records: list[dict]) -> list[str]:
+    """How the audit judged every applied result: misplacements it flags (the higher the better) and correct
+    results it flags (false alarms: must be 0)."""
+    rows = []
+    for tool in TOOLS:
+        mis = flag_mis = ok = flag_ok = 0
+        for r in records:
+            e = r["tools"].get(tool)
+            if not e or "audit" not in e:
+                continue
+            if e["outcome"] == "misplaced":
+                mis += 1
+                flag_mis += e["audit"]["flagged"]
+            elif e["outcome"] == "correct":
+                ok += 1
+                flag_ok += e["audit"]["flagged"]
+        rows.append([f"`{tool}`", f"{flag_mis} of {mis}", f"{flag_ok} of {ok}"])
+    return [
+        "",
+        "**The audit on every applied result** (`vllm_compose.audit`: where each hunk landed vs where its syntax "
+        "anchors say it belongs; it shares no code with the engine). *Misplaced, flagged*: the tool's "
+        "misplacements the audit refuses (it should flag all); *correct, flagged*: false alarms (must be 0):",
+        "",
+        table(["tool", "misplaced, flagged", "correct, flagged"], rows),
+    ]
 
 
 def _own_base(summary: dict) -> list[str]:

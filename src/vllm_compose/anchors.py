@@ -53,6 +53,8 @@ _STATEMENT_KEYWORDS = frozenset(
     {"return", "yield", "raise", "pass", "break", "continue", "assert", "del", "global", "nonlocal", "await"}
 )
 #: keys that say too little to confirm or contradict a site on their own
+#: containers whose element order carries meaning: a hunk that appends there means the end
+_ORDERED = frozenset({"params", "list", "tuple", "subscript", "brackets-["})
 _GENERIC_KEYS = frozenset({"else:", "try:", "finally:", "return", "pass", "break", "continue", "raise", "yield"})
 
 
@@ -104,6 +106,7 @@ class Outline:
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = [_Line() for _ in lines]
+        self.text = lines
         self.n = len(lines)
         self._build("\n".join(lines) + "\n")
         for text, line in zip(lines, self.lines, strict=True):
@@ -385,9 +388,7 @@ def _key(toks: list) -> str | None:
             break
         if t.type.name == "OP" and t.string in (",", ")", "]", "}"):
             break
-        if t.type.name in ("COMMENT",):
-            break
-        parts.append(t.string)
+        parts.append(t.string.split("\n", 1)[0])
     key = "".join(parts)
     return key or None
 
@@ -418,6 +419,8 @@ class Spot:
     line: int
     #: the first line after the container ends: its key and its indentation relative to the container's end
     follows: tuple[str, int] | None = None
+    #: the change is the container's last element (its closing bracket comes next)
+    closes: bool = False
 
     def describe(self) -> str:
         where = " > ".join(h.split(" ", 1)[1] for h in self.chain) or "<module>"
@@ -433,6 +436,8 @@ class Anchor:
     section: str | None  # "def name" / "class Name" from the @@ section text
     leading_headers: int  # def/class headers among the hunk's lines above the change
     shown_chain: list[str] = field(default_factory=list)
+    #: the fragment's outline (its texts break a tie between sites the anchors cannot tell apart)
+    fragment: Outline | None = None
 
 
 def spot_at(o: Outline, at: int, span: int, skip: range | None = None, indent: int | None = None) -> Spot:
@@ -447,7 +452,8 @@ def spot_at(o: Outline, at: int, span: int, skip: range | None = None, indent: i
     sibs = o.siblings(lo, hi, depth, None if container.bracketed else indent, skip)
     before = [s for s in sibs if s[0] < at]
     after = [s for s in sibs if s[0] >= at + span]
-    return Spot(container, before, after, o.chain(at), at, _follows(o, container, hi, indent, skip))
+    closes = container.bracketed and not after and hi < o.n and o.lines[hi].closer is not None
+    return Spot(container, before, after, o.chain(at), at, _follows(o, container, hi, indent, skip), closes)
 
 
 def _follows(o: Outline, container: Container, hi: int, indent: int | None, skip: range) -> tuple[str, int] | None:
@@ -476,7 +482,7 @@ def anchor_of(fragment: list[str], at: int, span: int, section: str) -> Anchor:
     shows_header = not spot.container.bracketed and bool(spot.container.name)
     headers_above = sum(1 for r in range(at) if o.lines[r].header)
     sec = _section_key(section)
-    return Anchor(spot, shows_header, sec, headers_above, o.chain(at))
+    return Anchor(spot, shows_header, sec, headers_above, o.chain(at), o)
 
 
 def _section_key(section: str) -> str | None:
@@ -515,7 +521,9 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
     others = [
         (p, s)
         for p, s, spot in _candidates(anchor, o, skip)
-        if not (at <= p <= at + span) and not _same_site(spot, land) and not (gap and _gap(anchor.spot, spot) == gap)
+        if not (at <= p <= at + span)
+        and not _same_site(spot, land)
+        and not (gap and _gap(anchor.spot, spot) == gap and not _order_differs(anchor.spot, spot, land))
     ]
     fitting = [(p, s) for p, s in others if s is not None]
     best = max(fitting, key=lambda ps: ps[1], default=None)
@@ -541,6 +549,18 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
             expected,
         )
     if best and best[1] == mine:
+        # the anchors tie: the site whose neighbours are the hunk's lines verbatim more often is the hunk's
+        here, there = _verbatim(anchor, o, land), _verbatim(anchor, o, spot_at(o, best[0], 0, skip))
+        if here > there:
+            return Judgement("confirmed", f"{_why(anchor, o, land)}; {here} neighbours verbatim, against {there} at "
+                             f"line {best[0] + 1}")
+        if here < there:
+            return Judgement(
+                "contradicted",
+                f"another site fits what the hunk shows as well, and {there} of its neighbours are the hunk's lines "
+                f"verbatim, against {here} at the landing",
+                expected,
+            )
         return Judgement("ambiguous", f"another site fits what the hunk shows as well ({_why(anchor, o, land)})", expected)
     return Judgement("confirmed", _why(anchor, o, land))
 
@@ -596,6 +616,8 @@ def _score(anchor: Anchor, o: Outline, spot: Spot) -> tuple[int, int] | None:
         met += 1
     if mine.follows and spot.follows == mine.follows:
         met += 1
+    if mine.closes and spot.closes and mine.container.kind in _ORDERED:
+        met += 1
     return met, before + after
 
 
@@ -625,6 +647,11 @@ def _gap(mine: Spot, spot: Spot) -> tuple[int | None, int | None] | None:
     return before, after
 
 
+def _order_differs(mine: Spot, a: Spot, b: Spot) -> bool:
+    """In an ordered container where the hunk appends, the end of the gap and its middle are different sites."""
+    return mine.closes and mine.container.kind in _ORDERED and a.closes != b.closes
+
+
 def _same_site(a: Spot, b: Spot) -> bool:
     return a.container == b.container and a.before[-1:] == b.before[-1:] and a.after[:1] == b.after[:1]
 
@@ -643,6 +670,11 @@ def _candidates(anchor: Anchor, o: Outline, skip: range) -> list[tuple[int, tupl
         indent = line.indent if line.key is not None else line.comment_indent
         if key in before:
             points[r + 1 if line.key is None else _element_end(o, r, skip)] = indent
+            if mine.closes and line.key is not None:
+                # the hunk appends: the end of the container holding its sibling is a site too
+                _, _, _, hi = o.container(r, 1)
+                if hi < o.n and o.lines[hi].closer:
+                    points.setdefault(hi, indent)
         if key in after:
             points.setdefault(r, indent)
     out = []
@@ -679,7 +711,23 @@ def _why(anchor: Anchor, o: Outline, spot: Spot) -> str:
         parts.append(f"{after} of {len(mine.after)} after")
     if mine.follows and spot.follows == mine.follows:
         parts.append(f"then `{spot.follows[0]}` as the hunk shows")
+    if mine.closes and spot.closes and mine.container.kind in _ORDERED:
+        parts.append("the last element, as the hunk shows")
     return ", ".join(parts) or "none of its anchors"
+
+
+def _verbatim(anchor: Anchor, o: Outline, spot: Spot) -> int:
+    """How many of the siblings next to `spot` (nearest first, each side) are the hunk's shown ones verbatim."""
+    frag = anchor.fragment
+    if frag is None:
+        return 0
+    mine = anchor.spot
+    n = 0
+    for a, b in zip(mine.before[::-1], spot.before[::-1]):
+        n += frag.text[a[0]].strip() == o.text[b[0]].strip()
+    for a, b in zip(mine.after, spot.after):
+        n += frag.text[a[0]].strip() == o.text[b[0]].strip()
+    return n
 
 
 def _what(c: Container) -> str:

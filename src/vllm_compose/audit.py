@@ -28,6 +28,7 @@ Verdicts: `exact`, `offset`, `fuzzy`, `already-applied` (stock already had it), 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -229,12 +230,67 @@ def _landed_sites(hunk: Hunk, state: _FileState, near: int) -> tuple[list[Site],
             state.landing, removed, added, state.claimed_old, state.claimed_new, hint, earlier_added=state.added_so_far
         )
         if site is None:
+            site = _merged_site(state, removed, added, hint)
+        if site is None:
             continue
         found.append(site)
     if len(found) == len(groups):
         for s in found:
             claim(s, state.claimed_old, state.claimed_new)
     return found, len(found)
+
+
+_WORD = re.compile(r"\w+|\S")
+
+
+def _edit(a: str, b: str) -> tuple[Counter, Counter]:
+    """The word-level edit a -> b: (words added, words removed)."""
+    wa, wb = Counter(_WORD.findall(a)), Counter(_WORD.findall(b))
+    return wb - wa, wa - wb
+
+
+def _merged_site(state: _FileState, removed: list[str], added: list[str], near: int) -> Site | None:
+    """A group whose lines are not there verbatim, because its edit was made to drifted lines (a merge): a run of
+    stock lines replaced by as many patched lines, each pair carrying the hunk's own word-level edit (the words it
+    adds appear, the words it removes go). The nearest such run to `near`; None when there is none."""
+    if not removed or len(removed) != len(added):
+        return None
+    edits = [_edit(r, a) for r, a in zip(removed, added, strict=True)]
+    if not any(plus or minus for plus, minus in edits):
+        return None
+    al = state.landing
+    n = len(added)
+    found: list[Site] = []
+    j = 0
+    while j < len(al.new):
+        if al.origin[j] is not None:
+            j += 1
+            continue
+        start = j
+        while j < len(al.new) and al.origin[j] is None:
+            j += 1
+        gap = al.gap[start]
+        olds = [i for i in range(gap, len(al.old)) if not al.kept[i]]
+        olds = olds[: j - start] if olds and al.kept_prefix[olds[0]] == al.kept_prefix[gap] else []
+        for k in range(0, (j - start) - n + 1):
+            if k + n > len(olds):
+                break
+            i0, j0 = olds[k], start + k
+            if any(x in state.claimed_old for x in range(i0, i0 + n)) or any(
+                x in state.claimed_new for x in range(j0, j0 + n)
+            ):
+                continue
+            ok = True
+            for t, (plus, minus) in enumerate(edits):
+                got_plus, got_minus = _edit(al.old[i0 + t], al.new[j0 + t])
+                if plus - got_plus or minus - got_minus:
+                    ok = False
+                    break
+            if ok:
+                found.append(Site(i0, j0, n, n, i0))
+    if not found:
+        return None
+    return min(found, key=lambda s: abs(s.old_pos - near))
 
 
 def _occurrences(seq: list[str], run: list[str]) -> list[int]:
