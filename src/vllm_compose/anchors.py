@@ -254,7 +254,9 @@ class Outline:
         if line.openers:
             c, opened = line.openers[-1]
             hi = at + span
-            while hi < self.n and not (self.lines[hi].depth < depth or (self.lines[hi].closer and self.lines[hi].depth == depth)):
+            while hi < self.n and not (
+                self.lines[hi].depth < depth or (self.lines[hi].closer and self.lines[hi].depth == depth)
+            ):
                 hi += 1
             return c, depth, opened + 1, hi
         # no opener shown: a closer below that takes the depth under this line's means hidden brackets
@@ -552,8 +554,10 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
         # the anchors tie: the site whose neighbours are the hunk's lines verbatim more often is the hunk's
         here, there = _verbatim(anchor, o, land), _verbatim(anchor, o, spot_at(o, best[0], 0, skip))
         if here > there:
-            return Judgement("confirmed", f"{_why(anchor, o, land)}; {here} neighbours verbatim, against {there} at "
-                             f"line {best[0] + 1}")
+            return Judgement(
+                "confirmed",
+                f"{_why(anchor, o, land)}; {here} neighbours verbatim, against {there} at line {best[0] + 1}",
+            )
         if here < there:
             return Judgement(
                 "contradicted",
@@ -561,7 +565,9 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
                 f"verbatim, against {here} at the landing",
                 expected,
             )
-        return Judgement("ambiguous", f"another site fits what the hunk shows as well ({_why(anchor, o, land)})", expected)
+        return Judgement(
+            "ambiguous", f"another site fits what the hunk shows as well ({_why(anchor, o, land)})", expected
+        )
     return Judgement("confirmed", _why(anchor, o, land))
 
 
@@ -723,9 +729,9 @@ def _verbatim(anchor: Anchor, o: Outline, spot: Spot) -> int:
         return 0
     mine = anchor.spot
     n = 0
-    for a, b in zip(mine.before[::-1], spot.before[::-1]):
+    for a, b in zip(mine.before[::-1], spot.before[::-1], strict=False):
         n += frag.text[a[0]].strip() == o.text[b[0]].strip()
-    for a, b in zip(mine.after, spot.after):
+    for a, b in zip(mine.after, spot.after, strict=False):
         n += frag.text[a[0]].strip() == o.text[b[0]].strip()
     return n
 

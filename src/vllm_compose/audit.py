@@ -505,9 +505,11 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState) -> AuditHu
         state.pending.append((first.old_pos, len(post) - len(pre)))
         twins = _occurrences(state.stock, pre)
         if len(twins) > 1 and len(pre) > 0:
-            fit = _twins_fit(hunk, state, view, twins, first.old_pos) if view is not None else [
-                t + hunk.leading_context for t in twins if t + hunk.leading_context != first.old_pos
-            ]
+            fit = (
+                _twins_fit(hunk, state, view, twins, first.old_pos)
+                if view is not None
+                else [t + hunk.leading_context for t in twins if t + hunk.leading_context != first.old_pos]
+            )
             if fit:
                 return finding(
                     AuditVerdict.AMBIGUOUS,
@@ -541,11 +543,15 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState) -> AuditHu
         )
     if judgement.status == "unconfirmed":
         return finding(
-            AuditVerdict.MISPLACED, f"landed at line {landed_at}: {judgement.reason}", expected_of(judgement, view),
+            AuditVerdict.MISPLACED,
+            f"landed at line {landed_at}: {judgement.reason}",
+            expected_of(judgement, view),
             **scopes(view, judgement),
         )
     state.pending.append((first.old_pos, len(post) - len(pre)))
-    return finding(AuditVerdict.FUZZY, f"context differed; the anchors confirm the landing: {judgement.reason}", landed_at)
+    return finding(
+        AuditVerdict.FUZZY, f"context differed; the anchors confirm the landing: {judgement.reason}", landed_at
+    )
 
 
 def _text_neighbour(hunk: Hunk, state: _FileState, sites: list[Site]) -> bool:
