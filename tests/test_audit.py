@@ -247,3 +247,124 @@ def test_line_alignment_is_valid_and_keeps_every_line_of_an_insertion_only_edit(
         assert old[i : i + n] == new[j : j + n]
         last_i, last_j = i + n, j + n
     assert sum(n for _, _, n in blocks) == len(old)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Misplacements a placement engine makes: the audit judges them by syntax anchors, not by re-running placement
+
+_SPLIT_STOCK = """\
+def priorities(major):
+    if major == 10:
+        return ["CUTLASS", "TRITON"]
+    else:
+        sparse_tail = [
+            "FLASH_SPARSE",
+            "FLASHMLA_SPARSE",
+        ]
+        extra = "SM90_SPARSE"
+        sparse_tail.append(extra)
+        return [
+            "FLASH",
+            "TRITON",
+            *sparse_tail,
+        ]
+"""
+
+_SPLIT_PATCH = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -10,6 +10,7 @@ def priorities(major):
+             "TRITON",
+             "FLASH_SPARSE",
+             "FLASHMLA_SPARSE",
++            "TRITON_SPARSE",
+         ]
+     else:
+         return ["FLASH"]
+"""
+
+
+class _OneFile:
+    """A tree holding pkg/cuda.py only."""
+
+    def __init__(self, text: str) -> None:
+        self.data = text.encode()
+
+    def read(self, path: str) -> bytes | None:
+        return self.data if path == "pkg/cuda.py" else None
+
+
+def _one_file(text: str) -> _OneFile:
+    return _OneFile(text)
+
+
+def test_element_merged_into_a_split_off_list_is_misplaced() -> None:
+    """The v0.30.0 arrival's pattern: the release split the list the hunk extends into `sparse_tail`, spliced back
+    with `*sparse_tail`. An engine that merges the element after FLASHMLA_SPARSE in `sparse_tail` (the text fits
+    well) changes the order on another branch; the hunk shows TRITON in the same list, and `sparse_tail` lacks it."""
+    patched = _SPLIT_STOCK.replace(
+        '            "FLASHMLA_SPARSE",\n', '            "FLASHMLA_SPARSE",\n            "TRITON_SPARSE",\n'
+    )
+    report = audit(_one_file(_SPLIT_STOCK), _one_file(patched), [parse_patch(_SPLIT_PATCH.encode(), "fix.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.MISPLACED, h.reason
+    assert '`"TRITON"` in the same brackets' in h.reason and "the list `sparse_tail`" in h.reason
+    assert not report.ok
+
+
+def test_element_appended_to_the_list_it_shows_passes() -> None:
+    """The same hunk where the list still holds TRITON, FLASH_SPARSE, FLASHMLA_SPARSE: no alarm."""
+    stock = _SPLIT_STOCK.replace(
+        '            "FLASH",\n            "TRITON",\n            *sparse_tail,\n',
+        '            "TRITON",\n            "FLASH_SPARSE",\n            "FLASHMLA_SPARSE",\n',
+    )
+    patched = stock.replace(
+        '            "FLASHMLA_SPARSE",\n        ]\n',
+        '            "FLASHMLA_SPARSE",\n            "TRITON_SPARSE",\n        ]\n',
+    )
+    report = audit(_one_file(stock), _one_file(patched), [parse_patch(_SPLIT_PATCH.encode(), "fix.diff")])
+    [h] = report.hunks
+    assert h.verdict in (AuditVerdict.EXACT, AuditVerdict.OFFSET, AuditVerdict.FUZZY), h.reason
+    assert report.ok
+
+
+def test_merged_import_name_is_found_and_confirmed() -> None:
+    """The target added a name to the import the hunk extends; the merge (both names) is the hunk's word-level
+    edit made to the drifted line: landed and fuzzy, not `failed`."""
+    diff = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -1,3 +1,3 @@
+ import os
+-from typing import TYPE_CHECKING
++from typing import TYPE_CHECKING, Any
+ import sys
+"""
+    stock = "import os\nfrom typing import TYPE_CHECKING, cast\nimport sys\n"
+    patched = "import os\nfrom typing import TYPE_CHECKING, Any, cast\nimport sys\n"
+    report = audit(_one_file(stock), _one_file(patched), [parse_patch(diff.encode(), "d.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.FUZZY and h.landed_at == 2, h.reason
+
+
+def test_parameter_between_instead_of_appended_is_misplaced() -> None:
+    """The hunk appends a parameter (the closer follows it); the target added one of its own, and a tool put the
+    new one between the two: positional order changed, so the audit refuses and points at the end."""
+    diff = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -1,4 +1,5 @@
+ def select(
+     capability: int,
++    extra: int | None = None,
+ ) -> list:
+     return []
+"""
+    stock = "def select(\n    capability: int,\n    dims: tuple,\n) -> list:\n    return []\n"
+    between = "def select(\n    capability: int,\n    extra: int | None = None,\n    dims: tuple,\n) -> list:\n    return []\n"
+    appended = "def select(\n    capability: int,\n    dims: tuple,\n    extra: int | None = None,\n) -> list:\n    return []\n"
+    patch = [parse_patch(diff.encode(), "d.diff")]
+    [bad] = audit(_one_file(stock), _one_file(between), patch).hunks
+    assert bad.verdict is AuditVerdict.MISPLACED and bad.expected_at == 4, bad.reason
+    [good] = audit(_one_file(stock), _one_file(appended), patch).hunks
+    assert not good.bad, good.reason
