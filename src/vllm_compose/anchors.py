@@ -53,6 +53,8 @@ _STATEMENT_KEYWORDS = frozenset(
     {"return", "yield", "raise", "pass", "break", "continue", "assert", "del", "global", "nonlocal", "await"}
 )
 #: keys that say too little to confirm or contradict a site on their own
+#: sites compared per change group (nearest to the landing first)
+_MAX_CANDIDATES = 24
 #: containers whose element order carries meaning: a hunk that appends there means the end
 _ORDERED = frozenset({"params", "list", "tuple", "subscript", "brackets-["})
 _GENERIC_KEYS = frozenset({"else:", "try:", "finally:", "return", "pass", "break", "continue", "raise", "yield"})
@@ -107,6 +109,7 @@ class Outline:
     def __init__(self, lines: list[str]) -> None:
         self.lines = [_Line() for _ in lines]
         self.text = lines
+        self._headers: dict[str, list[int]] | None = None
         self.n = len(lines)
         self._build("\n".join(lines) + "\n")
         for text, line in zip(lines, self.lines, strict=True):
@@ -207,10 +210,13 @@ class Outline:
 
     def headers(self) -> dict[str, list[int]]:
         """Every def/class header of the text, by key, with its lines."""
+        if self._headers is not None:
+            return self._headers
         out: dict[str, list[int]] = {}
         for r, line in enumerate(self.lines):
             if line.header and not line.in_string:
                 out.setdefault(line.header, []).append(r)
+        self._headers = out
         return out
 
     def def_range(self, at: int) -> tuple[int, int]:
@@ -684,7 +690,10 @@ def _candidates(anchor: Anchor, o: Outline, skip: range) -> list[tuple[int, tupl
         if key in after:
             points.setdefault(r, indent)
     out = []
-    for p, indent in sorted(points.items()):
+    # the nearest sites only: in repetitive code a common key is everywhere, and a far copy never outscores a near
+    # one by the anchors alone
+    near = sorted(points.items(), key=lambda pi: abs(pi[0] - (skip.start if skip else 0)))[:_MAX_CANDIDATES]
+    for p, indent in sorted(near):
         spot = spot_at(o, p, 0, skip, indent)
         hard = _contradiction(anchor, o, spot, p, 0)
         out.append((p, None if hard else _score(anchor, o, spot), spot))
