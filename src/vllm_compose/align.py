@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .patchfile import Hunk
-from .placement import _groups as _placement_groups
 
 
 def _is_significant(line: str) -> bool:
@@ -226,10 +225,18 @@ def _bisect_tails(pairs: list[tuple[int, int]], tails: list[int], j: int) -> int
 
 
 def change_groups(hunk: Hunk) -> list[tuple[list[str], list[str]]]:
-    """The hunk's runs of removed/added lines between context, as (removed, added): the placement engine's own
-    change groups (`placement._groups`), so the two never disagree on what a group is."""
-    pre = hunk.pre_image
-    return [(list(pre[g.a : g.b]), list(g.added)) for g in _placement_groups(hunk)]
+    """The hunk's runs of removed/added lines between context, as (removed, added), in order."""
+    groups: list[tuple[list[str], list[str]]] = []
+    open_group = False
+    for op, text in hunk.lines:
+        if op == " ":
+            open_group = False
+            continue
+        if not open_group:
+            groups.append(([], []))
+            open_group = True
+        groups[-1][0 if op == "-" else 1].append(text)
+    return groups
 
 
 def _run_matches(seq: Sequence[str], at: int, run: list[str]) -> bool:
