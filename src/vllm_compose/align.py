@@ -224,18 +224,37 @@ def _bisect_tails(pairs: list[tuple[int, int]], tails: list[int], j: int) -> int
     return lo
 
 
-def change_groups(hunk: Hunk) -> list[tuple[list[str], list[str]]]:
-    """The hunk's runs of removed/added lines between context, as (removed, added), in order."""
-    groups: list[tuple[list[str], list[str]]] = []
+@dataclass
+class ChangeGroup:
+    """A run of removed and/or added lines between context lines of a hunk, and where it starts in the hunk's
+    pre-image and post-image."""
+
+    removed: list[str]
+    added: list[str]
+    pre_start: int
+    post_start: int
+
+
+def change_groups(hunk: Hunk) -> list[ChangeGroup]:
+    """The hunk's change groups, in order."""
+    groups: list[ChangeGroup] = []
+    pre = post = 0
     open_group = False
     for op, text in hunk.lines:
         if op == " ":
             open_group = False
+            pre += 1
+            post += 1
             continue
         if not open_group:
-            groups.append(([], []))
+            groups.append(ChangeGroup([], [], pre, post))
             open_group = True
-        groups[-1][0 if op == "-" else 1].append(text)
+        if op == "-":
+            groups[-1].removed.append(text)
+            pre += 1
+        else:
+            groups[-1].added.append(text)
+            post += 1
     return groups
 
 

@@ -38,7 +38,6 @@ anchor found *elsewhere* contradicts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from parso.python.tokenize import tokenize
 from parso.utils import parse_version_string
@@ -198,14 +197,11 @@ class Outline:
                     break
         return found[::-1]
 
-    def header_before(self, at: int, skip: int = 0) -> str | None:
-        """The nearest def/class header above line `at` at any indentation (git's python diff driver), after
-        skipping `skip` of them."""
+    def header_before(self, at: int) -> str | None:
+        """The nearest def/class header above line `at` at any indentation (git's python diff driver)."""
         for r in range(min(at, self.n) - 1, -1, -1):
             if self.lines[r].header and not self.lines[r].in_string:
-                if skip == 0:
-                    return self.lines[r].header
-                skip -= 1
+                return self.lines[r].header
         return None
 
     def headers(self) -> dict[str, list[int]]:
@@ -311,13 +307,9 @@ class Outline:
         return out
 
 
-@lru_cache(maxsize=4096)
-def _outline_cached(text: tuple[str, ...]) -> Outline:
-    return Outline(list(text))
-
-
 def outline(lines: list[str]) -> Outline:
-    return _outline_cached(tuple(lines))
+    """The outline of a text (its lines, without line ends)."""
+    return Outline(lines)
 
 
 def _dotted_before(toks: list) -> str:
@@ -526,16 +518,15 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
     # a point with the landing's container and neighbours is the landing itself (e.g. the lines after a replaced
     # def header are its body, not another site)
     gap = _gap(anchor.spot, land)
-    others = [
-        (p, s)
+    fitting = [
+        (p, s, spot)
         for p, s, spot in _candidates(anchor, o, skip)
-        if not (at <= p <= at + span)
+        if s is not None
+        and not (at <= p <= at + span)
         and not _same_site(spot, land)
         and not (gap and _gap(anchor.spot, spot) == gap and not _order_differs(anchor.spot, spot, land))
     ]
-    fitting = [(p, s) for p, s in others if s is not None]
-    best = max(fitting, key=lambda ps: ps[1], default=None)
-    best_indent = None
+    best = max(fitting, key=lambda c: c[1], default=None)
     expected = best[0] if best else None
     hard = _contradiction(anchor, o, land, at, span)
     if hard:
@@ -546,7 +537,7 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
     if best and best[1] > mine:
         return Judgement(
             "contradicted",
-            f"another site fits what the hunk shows better ({_why(anchor, o, spot_at(o, best[0], 0, skip, best_indent))} "
+            f"another site fits what the hunk shows better ({_why(anchor, o, best[2])} "
             f"there, against {_why(anchor, o, land)} at the landing)",
             expected,
         )
@@ -558,7 +549,7 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
         )
     if best and best[1] == mine:
         # the anchors tie: the site whose neighbours are the hunk's lines verbatim more often is the hunk's
-        here, there = _verbatim(anchor, o, land), _verbatim(anchor, o, spot_at(o, best[0], 0, skip))
+        here, there = _verbatim(anchor, o, land), _verbatim(anchor, o, best[2])
         if here > there:
             return Judgement(
                 "confirmed",

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from . import anchors
-from .align import Alignment, Site, change_groups, claim, locate_group
+from .align import Alignment, ChangeGroup, Site, change_groups, claim, locate_group
 from .patchfile import Hunk, Patch, decode_text, split_lines
 from .report import hunk_json
 from .results import AuditVerdict
@@ -120,6 +120,7 @@ class _FileState:
     pending: list[tuple[int, int]] = field(default_factory=list)
     _patched_outline: anchors.Outline | None = None
     _stock_outline: anchors.Outline | None = None
+    _patched_at: list[int] | None = None
 
     @property
     def python(self) -> bool:
@@ -137,16 +138,20 @@ class _FileState:
 
     def to_stock(self, j: int) -> int:
         """The stock index of patched line `j` (a line new in the patched file: the stock line after its gap)."""
-        if j < len(self.landing.new) and self.landing.origin[j] is not None:
-            return self.landing.origin[j]
-        return self.landing.gap[min(j, len(self.landing.new))]
+        return self.landing.old_site_of_new(min(j, len(self.landing.new)))
 
     def to_patched(self, i: int) -> int:
         """The patched index where stock line `i` is, or where it would be (the next surviving line's)."""
-        for j, o in enumerate(self.landing.origin):
-            if o is not None and o >= i:
-                return j
-        return len(self.landing.new)
+        if self._patched_at is None:
+            # one walk: for every stock index, the first patched line that comes from it or from a later one
+            at, j = [], 0
+            origin = self.landing.origin
+            for old in range(len(self.stock) + 1):
+                while j < len(origin) and (origin[j] is None or origin[j] < old):
+                    j += 1
+                at.append(j)
+            self._patched_at = at
+        return self._patched_at[min(max(i, 0), len(self.stock))]
 
 
 def _lines(data: bytes | None) -> tuple[list[str], bool]:
@@ -224,13 +229,19 @@ def _landed_sites(hunk: Hunk, state: _FileState, near: int) -> tuple[list[Site],
     """Where each change group shows up in the patched file (stock indices); and how many groups were found."""
     found: list[Site] = []
     groups = change_groups(hunk)
-    for removed, added in groups:
+    for g in groups:
         hint = found[-1].old_pos if found else near
         site = locate_group(
-            state.landing, removed, added, state.claimed_old, state.claimed_new, hint, earlier_added=state.added_so_far
+            state.landing,
+            g.removed,
+            g.added,
+            state.claimed_old,
+            state.claimed_new,
+            hint,
+            earlier_added=state.added_so_far,
         )
         if site is None:
-            site = _merged_site(state, removed, added, hint)
+            site = _merged_site(state, g.removed, g.added, hint)
         if site is None:
             continue
         found.append(site)
@@ -269,9 +280,12 @@ def _merged_site(state: _FileState, removed: list[str], added: list[str], near: 
         start = j
         while j < len(al.new) and al.origin[j] is None:
             j += 1
-        gap = al.gap[start]
-        olds = [i for i in range(gap, len(al.old)) if not al.kept[i]]
-        olds = olds[: j - start] if olds and al.kept_prefix[olds[0]] == al.kept_prefix[gap] else []
+        # the stock lines this run of new lines replaced: those gone from the gap up to the next surviving line
+        olds = []
+        i = al.gap[start]
+        while i < len(al.old) and not al.kept[i] and len(olds) < j - start:
+            olds.append(i)
+            i += 1
         for k in range(0, (j - start) - n + 1):
             if k + n > len(olds):
                 break
@@ -351,46 +365,23 @@ class _GroupView:
     in_stock: bool
 
 
-def _group_views(hunk: Hunk, state: _FileState, sites: list[Site]) -> list[_GroupView]:
-    post, pre = hunk.post_image, hunk.pre_image
-    views = []
-    i_pre = i_post = 0
-    g = 0
-    ops = [op for op, _ in hunk.lines]
-    t = 0
-    while t < len(ops):
-        if ops[t] == " ":
-            i_pre += 1
-            i_post += 1
-            t += 1
-            continue
-        start_pre, start_post = i_pre, i_post
-        while t < len(ops) and ops[t] != " ":
-            if ops[t] == "-":
-                i_pre += 1
-            else:
-                i_post += 1
-            t += 1
-        site = sites[g]
-        g += 1
-        added, removed = i_post - start_post, i_pre - start_pre
-        if added:
-            anchor = anchors.anchor_of(post, start_post, added, hunk.section)
-            views.append(_GroupView(anchor, state.patched_outline(), site.new_pos, added, False))
-        else:
-            anchor = anchors.anchor_of(pre, start_pre, removed, hunk.section)
-            views.append(_GroupView(anchor, state.stock_outline(), site.old_pos, removed, True))
-    return views
+def _group_view(hunk: Hunk, state: _FileState, g: ChangeGroup, site: Site) -> _GroupView:
+    """A group that adds lines is judged where they are in the patched file; a pure removal where its lines were."""
+    if g.added:
+        anchor = anchors.anchor_of(hunk.post_image, g.post_start, len(g.added), hunk.section)
+        return _GroupView(anchor, state.patched_outline(), site.new_pos, len(g.added), False)
+    anchor = anchors.anchor_of(hunk.pre_image, g.pre_start, len(g.removed), hunk.section)
+    return _GroupView(anchor, state.stock_outline(), site.old_pos, len(g.removed), True)
 
 
 def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Judgement, _GroupView]:
     """The anchors' judgement of the landing: the first group's that is not confirmed, else the first group's.
 
     A group that removes lines occurring once in stock is where those lines were: its site is certain by text."""
-    views = _group_views(hunk, state, sites)
     judged = []
-    for (removed, _), v in zip(change_groups(hunk), views, strict=True):
-        if removed and len(_occurrences(state.stock, removed)) == 1:
+    for g, site in zip(change_groups(hunk), sites, strict=True):
+        v = _group_view(hunk, state, g, site)
+        if g.removed and len(_occurrences(state.stock, g.removed)) == 1:
             judged.append((anchors.Judgement("confirmed", "the lines it replaces are there, and only there"), v))
         else:
             judged.append((anchors.judge(v.anchor, v.outline, v.at, v.span), v))
@@ -400,16 +391,15 @@ def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Ju
     return judged[0]
 
 
-def _twins_fit(hunk: Hunk, state: _FileState, view: _GroupView, twins: list[int], landed: int) -> list[int]:
-    """The stock indices of the other verbatim copies of the pre-image whose site the anchors do not rule out."""
+def _twins_fit(hunk: Hunk, state: _FileState, view: _GroupView | None, twins: list[int], landed: int) -> list[int]:
+    """The stock indices of the other verbatim copies of the pre-image whose site the anchors do not rule out
+    (without anchors, a file that is not Python: every other copy)."""
     out = []
-    offset = hunk.leading_context
     for t in twins:
-        if t + offset == landed:
+        i = t + hunk.leading_context
+        if i == landed:
             continue
-        i = t + offset
-        at = i if view.in_stock else state.to_patched(i)
-        if anchors.fits(view.anchor, view.outline, at):
+        if view is None or anchors.fits(view.anchor, view.outline, i if view.in_stock else state.to_patched(i)):
             out.append(i)
     return out
 
@@ -430,9 +420,10 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState) -> AuditHu
         return h
 
     pre, post = hunk.pre_image, hunk.post_image
-    adds = any(added for _, added in groups)
+    adds = any(g.added for g in groups)
+    twins = _occurrences(state.stock, pre)
     in_stock = _occurrences(state.stock, post) if post != pre else []
-    if in_stock and not _occurrences(state.stock, pre):
+    if in_stock and not twins:
         at = min(in_stock, key=lambda i: abs(i - header)) + hunk.leading_context + 1
         if complete and adds:
             return finding(
@@ -444,9 +435,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState) -> AuditHu
         return finding(AuditVerdict.ALREADY_APPLIED, "stock already contains the hunk's post-image", at)
 
     if not complete:
-        if adds and all(all(state.removed_later[line] > 0 for line in added) for _, added in groups if added):
+        if adds and all(all(state.removed_later[line] > 0 for line in g.added) for g in groups if g.added):
             # a later patch rewrote every line this hunk added: the landing cannot be seen, only implied
-            twins = _occurrences(state.stock, pre)
             if twins:
                 at = min(twins, key=lambda i: abs(i - header)) + hunk.leading_context
                 verdict = AuditVerdict.EXACT if at == header else AuditVerdict.OFFSET
@@ -503,13 +493,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState) -> AuditHu
 
     if text:
         state.pending.append((first.old_pos, len(post) - len(pre)))
-        twins = _occurrences(state.stock, pre)
         if len(twins) > 1 and len(pre) > 0:
-            fit = (
-                _twins_fit(hunk, state, view, twins, first.old_pos)
-                if view is not None
-                else [t + hunk.leading_context for t in twins if t + hunk.leading_context != first.old_pos]
-            )
+            fit = _twins_fit(hunk, state, view, twins, first.old_pos)
             if fit:
                 return finding(
                     AuditVerdict.AMBIGUOUS,
