@@ -51,11 +51,9 @@ _BLOCK_KEYWORDS = frozenset(
 _STATEMENT_KEYWORDS = frozenset(
     {"return", "yield", "raise", "pass", "break", "continue", "assert", "del", "global", "nonlocal", "await"}
 )
-#: keys that say too little to confirm or contradict a site on their own
 #: sites compared per change group (nearest to the landing first)
 _MAX_CANDIDATES = 24
-#: containers whose element order carries meaning: a hunk that appends there means the end
-_ORDERED = frozenset({"params", "list", "tuple", "subscript", "brackets-["})
+#: keys that say too little to confirm or contradict a site on their own
 _GENERIC_KEYS = frozenset({"else:", "try:", "finally:", "return", "pass", "break", "continue", "raise", "yield"})
 
 
@@ -419,8 +417,6 @@ class Spot:
     line: int
     #: the first line after the container ends: its key and its indentation relative to the container's end
     follows: tuple[str, int] | None = None
-    #: the change is the container's last element (its closing bracket comes next)
-    closes: bool = False
 
     def describe(self) -> str:
         where = " > ".join(h.split(" ", 1)[1] for h in self.chain) or "<module>"
@@ -452,8 +448,7 @@ def spot_at(o: Outline, at: int, span: int, skip: range | None = None, indent: i
     sibs = o.siblings(lo, hi, depth, None if container.bracketed else indent, skip)
     before = [s for s in sibs if s[0] < at]
     after = [s for s in sibs if s[0] >= at + span]
-    closes = container.bracketed and not after and hi < o.n and o.lines[hi].closer is not None
-    return Spot(container, before, after, o.chain(at), at, _follows(o, container, hi, indent, skip), closes)
+    return Spot(container, before, after, o.chain(at), at, _follows(o, container, hi, indent, skip))
 
 
 def _follows(o: Outline, container: Container, hi: int, indent: int | None, skip: range) -> tuple[str, int] | None:
@@ -476,8 +471,17 @@ def _follows(o: Outline, container: Container, hi: int, indent: int | None, skip
 
 def anchor_of(fragment: list[str], at: int, span: int, section: str) -> Anchor:
     """The hunk's claims for the change at fragment lines [at, at+span) (the fragment: the hunk's post-image, or its
-    pre-image for a pure removal)."""
+    pre-image for a pure removal).
+
+    A hunk may start inside a docstring: its first triple quote then closes a string, and read from the top every
+    line after it would be string. When the change reads as string, the lines up to that quote are left out."""
     o = outline(fragment)
+    if any(o.lines[r].in_string for r in range(at, min(at + max(span, 1), o.n))):
+        first = next((r for r, t in enumerate(fragment[:at]) if '"""' in t or "'''" in t), None)
+        if first is not None:
+            retry = outline([""] * (first + 1) + fragment[first + 1 :])
+            if not any(retry.lines[r].in_string for r in range(at, min(at + max(span, 1), retry.n))):
+                o = retry
     spot = spot_at(o, at, span)
     shows_header = not spot.container.bracketed and bool(spot.container.name)
     headers_above = sum(1 for r in range(at) if o.lines[r].header)
@@ -524,7 +528,7 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
         if s is not None
         and not (at <= p <= at + span)
         and not _same_site(spot, land)
-        and not (gap and _gap(anchor.spot, spot) == gap and not _order_differs(anchor.spot, spot, land))
+        and not (gap and _gap(anchor.spot, spot) == gap)
     ]
     best = max(fitting, key=lambda c: c[1], default=None)
     expected = best[0] if best else None
@@ -587,11 +591,16 @@ def _contradiction(anchor: Anchor, o: Outline, land: Spot, at: int, span: int) -
         return f"the hunk puts it in {mine.container.describe()}, it landed in {land.container.describe()}"
     land_keys = {k for _, k in land.before + land.after}
     lo, hi = o.def_range(at)
+    # at statement level only a statement at the landing's own indentation is a sibling found elsewhere: one that
+    # went into a nested block (a new `try:`) was moved by the release, which says nothing against the site
+    indent = None if land.container.bracketed else next((o.lines[r].indent for r in range(at, at + span)), None)
     for _, key in mine.before[::-1] + mine.after:
         if key in land_keys or not _distinctive(key):
             continue
         for r in range(lo, hi):
             if at <= r < at + span or o.lines[r].key != key or o.lines[r].in_string:
+                continue
+            if indent is not None and o.lines[r].indent != indent:
                 continue
             if _bracketed_at(o, r) == land.container.bracketed:
                 return (
@@ -615,11 +624,11 @@ def _score(anchor: Anchor, o: Outline, spot: Spot) -> tuple[int, int] | None:
     before = _run([k for _, k in mine.before[::-1]], [k for _, k in spot.before[::-1]])
     after = _run([k for _, k in mine.after], [k for _, k in spot.after])
     met += before + after
-    if anchor.section and anchor.section in spot.chain:
+    if anchor.section and (
+        anchor.section in spot.chain or (not anchor.leading_headers and o.header_before(spot.line) == anchor.section)
+    ):
         met += 1
     if mine.follows and spot.follows == mine.follows:
-        met += 1
-    if mine.closes and spot.closes and mine.container.kind in _ORDERED:
         met += 1
     return met, before + after
 
@@ -650,11 +659,6 @@ def _gap(mine: Spot, spot: Spot) -> tuple[int | None, int | None] | None:
     return before, after
 
 
-def _order_differs(mine: Spot, a: Spot, b: Spot) -> bool:
-    """In an ordered container where the hunk appends, the end of the gap and its middle are different sites."""
-    return mine.closes and mine.container.kind in _ORDERED and a.closes != b.closes
-
-
 def _same_site(a: Spot, b: Spot) -> bool:
     return a.container == b.container and a.before[-1:] == b.before[-1:] and a.after[:1] == b.after[:1]
 
@@ -673,11 +677,6 @@ def _candidates(anchor: Anchor, o: Outline, skip: range) -> list[tuple[int, tupl
         indent = line.indent if line.key is not None else line.comment_indent
         if key in before:
             points[r + 1 if line.key is None else _element_end(o, r, skip)] = indent
-            if mine.closes and line.key is not None:
-                # the hunk appends: the end of the container holding its sibling is a site too
-                _, _, _, hi = o.container(r, 1)
-                if hi < o.n and o.lines[hi].closer:
-                    points.setdefault(hi, indent)
         if key in after:
             points.setdefault(r, indent)
     out = []
@@ -717,8 +716,10 @@ def _why(anchor: Anchor, o: Outline, spot: Spot) -> str:
         parts.append(f"{after} of {len(mine.after)} after")
     if mine.follows and spot.follows == mine.follows:
         parts.append(f"then `{spot.follows[0]}` as the hunk shows")
-    if mine.closes and spot.closes and mine.container.kind in _ORDERED:
-        parts.append("the last element, as the hunk shows")
+    if anchor.section and (
+        anchor.section in spot.chain or (not anchor.leading_headers and o.header_before(spot.line) == anchor.section)
+    ):
+        parts.append(f"under its @@ section `{anchor.section}`")
     return ", ".join(parts) or "none of its anchors"
 
 
