@@ -580,7 +580,10 @@ def _contradiction(anchor: Anchor, o: Outline, land: Spot, at: int, span: int) -
         if h not in land.chain and h in headers:
             return f"the hunk shows it inside `{h}`, it landed {land.describe()}"
     if anchor.section and not anchor.leading_headers and anchor.section in headers and anchor.section not in land.chain:
-        if o.header_before(at) != anchor.section:
+        # the section is the def/class above the hunk (git's python driver: at any depth): before the landing, at
+        # its nesting or inside something there (the release may have put other defs in between)
+        chain = land.chain
+        if not any(r < at and o.chain(r)[: len(chain)] == chain for r in headers[anchor.section]):
             return f"its @@ section names `{anchor.section}`, it landed {land.describe()}"
     if mine.container.bracketed and not land.container.bracketed:
         where = " > ".join(h.split(" ", 1)[1] for h in land.chain) or "<module>"

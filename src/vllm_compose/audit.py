@@ -242,6 +242,8 @@ def _landed_sites(hunk: Hunk, state: _FileState, near: int) -> tuple[list[Site],
         )
         if site is None:
             site = _merged_site(state, g.removed, g.added, hint)
+        if site is None and not g.removed:
+            site = _reindented_site(state, g.added, hint)
         if site is None:
             continue
         found.append(site)
@@ -305,6 +307,24 @@ def _merged_site(state: _FileState, removed: list[str], added: list[str], near: 
     if not found:
         return None
     return min(found, key=lambda s: abs(s.old_pos - near))
+
+
+def _reindented_site(state: _FileState, added: list[str], near: int) -> Site | None:
+    """An insertion whose lines are new in the patched file at another indentation (the release nested the code
+    deeper or shallower): the nearest run of new lines equal to them but for leading whitespace."""
+    want = [line.strip() for line in added]
+    if not any(want):
+        return None
+    al = state.landing
+    n = len(added)
+    found = [
+        Site(al.gap[j], j, 0, n, al.gap[j])
+        for j in range(len(al.new) - n + 1)
+        if al.origin[j] is None
+        and all(al.origin[j + t] is None and al.new[j + t].strip() == want[t] for t in range(n))
+        and not any(x in state.claimed_new for x in range(j, j + n))
+    ]
+    return min(found, key=lambda s: abs(s.old_pos - near)) if found else None
 
 
 def _occurrences(seq: list[str], run: list[str]) -> list[int]:
