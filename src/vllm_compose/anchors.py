@@ -749,7 +749,11 @@ def _bracketed_at(o: Outline, r: int) -> bool:
     return bool(line.openers) or line.depth > o._base(r)
 
 
-def fits(anchor: Anchor, o: Outline, at: int) -> bool:
-    """The hunk's anchors allow a change inserted at line `at` of `o` (no claim broken, the kind agrees)."""
-    spot = spot_at(o, at, 0)
-    return _contradiction(anchor, o, spot, at, 0) is None and _score(anchor, o, spot) is not None
+def fit(anchor: Anchor, o: Outline, at: int, span: int = 0) -> tuple[int, int] | None:
+    """How well the hunk's anchors fit the change at lines [at, at+span) of `o` (span 0: a change that would be
+    inserted at `at`): `_score`'s (claims met, siblings matched), or None where a claim is broken or the kind
+    differs."""
+    spot = spot_at(o, at, span)
+    if _contradiction(anchor, o, spot, at, span) is not None:
+        return None
+    return _score(anchor, o, spot)

@@ -412,14 +412,19 @@ def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Ju
 
 
 def _twins_fit(hunk: Hunk, state: _FileState, view: _GroupView | None, twins: list[int], landed: int) -> list[int]:
-    """The stock indices of the other verbatim copies of the pre-image whose site the anchors do not rule out
+    """The stock indices of the other verbatim copies of the pre-image that the anchors fit as well as the landing
     (without anchors, a file that is not Python: every other copy)."""
+    here = None if view is None else anchors.fit(view.anchor, view.outline, view.at, view.span)
     out = []
     for t in twins:
         i = t + hunk.leading_context
         if i == landed:
             continue
-        if view is None or anchors.fits(view.anchor, view.outline, i if view.in_stock else state.to_patched(i)):
+        if view is None:
+            out.append(i)
+            continue
+        there = anchors.fit(view.anchor, view.outline, i if view.in_stock else state.to_patched(i))
+        if there is not None and (here is None or there >= here):
             out.append(i)
     return out
 
