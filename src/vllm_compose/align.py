@@ -355,7 +355,22 @@ def locate_group(
     new_range: tuple[int, int] | None = None,
     earlier_added: set[str] | None = None,
 ) -> Site | None:
-    """Find one change group in an alignment; several candidates: the one closest to `near` (old index).
+    """Find one change group in an alignment; several candidates: the one closest to `near` (old index)."""
+    sites = group_sites(al, removed, added, claimed_old, claimed_new, near, new_range, earlier_added)
+    return sites[0] if sites else None
+
+
+def group_sites(
+    al: Alignment,
+    removed: list[str],
+    added: list[str],
+    claimed_old: set[int],
+    claimed_new: set[int],
+    near: int | None,
+    new_range: tuple[int, int] | None = None,
+    earlier_added: set[str] | None = None,
+) -> list[Site]:
+    """Every site of one change group in an alignment, the closest to `near` (old index) first.
 
     `earlier_added`: lines added by earlier patches; removed lines among them are not in the old text at all, so a
     group removing only such lines is located by its added lines alone."""
@@ -372,7 +387,7 @@ def locate_group(
         if not _find_removed(al, removed, claimed_old):
             removed = []
             if not added:
-                return None
+                return []
     sites: list[Site] = []
     if added:
         for j, jc in _find_added(al, added, claimed_new, lo, hi):
@@ -389,11 +404,9 @@ def locate_group(
         old_hi = al.gap[hi] + 1 if new_range else len(al.old)
         for i, ic in _find_removed(al, removed, claimed_old, old_lo, old_hi + len(removed)):
             sites.append(Site(i, None, len(removed), 0, ic))
-    if not sites:
-        return None
     if near is not None:
         sites.sort(key=lambda s: abs(s.old_pos - near))
-    return sites[0]
+    return sites
 
 
 def claim(site: Site, claimed_old: set[int], claimed_new: set[int]) -> None:

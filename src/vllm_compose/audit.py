@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from . import anchors
-from .align import Alignment, ChangeGroup, Site, change_groups, claim, locate_group
+from .align import Alignment, ChangeGroup, Site, change_groups, claim, group_sites, locate_group
 from .patchfile import Hunk, Patch, decode_text, split_lines
 from .report import hunk_json
 from .results import AuditVerdict
@@ -110,9 +110,9 @@ class _FileState:
     landing: Alignment  # stock -> patched
     claimed_old: set[int] = field(default_factory=set)
     claimed_new: set[int] = field(default_factory=set)
-    #: lines added by the patches audited so far / removed by the patches still to come (texts)
-    added_so_far: set[str] = field(default_factory=set)
+    #: lines removed / added by the patches still to come (texts)
     removed_later: Counter = field(default_factory=Counter)
+    added_later: Counter = field(default_factory=Counter)
     #: (stock index, lines added minus removed) of every landed hunk of the earlier patches: a later patch's @@
     #: header counts the lines of the file with them applied
     shifts: list[tuple[int, int]] = field(default_factory=list)
@@ -173,41 +173,87 @@ def _patch_label(patch: Patch) -> str:
 
 
 def audit(stock: FileTree, patched: FileTree, patches: list[Patch]) -> AuditReport:
-    """Audit how `patches` (in order) were applied to `stock` to give `patched`; one `AuditHunk` per hunk."""
+    """Audit how `patches` (in order) were applied to `stock` to give `patched`; one `AuditHunk` per hunk.
+
+    Landings are found first, the last patch first: where a later patch carries lines an earlier hunk also adds (a
+    fix that re-targets a hunk the tool failed to apply), the lines are the later patch's, and the earlier hunk is
+    judged on what is left. Verdicts are then given in patch order."""
     states: dict[str, _FileState] = {}
-    findings: list[AuditHunk] = []
     removed_by: dict[str, Counter] = {}
+    #: per file, the lines added by the patches before each one (a removal of such a line is found by what replaces
+    #: it: the line is not in stock)
+    added_before: dict[tuple[int, str], set[str]] = {}
+    added_after: dict[tuple[int, str], Counter] = {}
+    so_far: dict[str, set[str]] = {}
+    still: dict[str, Counter] = {}
     for patch in patches:
         for fp in patch.files:
-            c = removed_by.setdefault(fp.new_path or fp.old_path or "?", Counter())
+            still.setdefault(fp.new_path or fp.old_path or "?", Counter()).update(
+                line for h in fp.hunks for line in h.added
+            )
+    still_all = {path: Counter(c) for path, c in still.items()}
+    for n, patch in enumerate(patches):
+        for fp in patch.files:
+            path = fp.new_path or fp.old_path or "?"
+            still[path].subtract(line for h in fp.hunks for line in h.added)
+        for fp in patch.files:
+            path = fp.new_path or fp.old_path or "?"
+            added_after[(n, path)] = +still[path]
+        for fp in patch.files:
+            path = fp.new_path or fp.old_path or "?"
+            added_before[(n, path)] = set(so_far.get(path, set()))
+            c = removed_by.setdefault(path, Counter())
             for h in fp.hunks:
                 c.update(h.removed)
-    for patch in patches:
-        label = _patch_label(patch)
         for fp in patch.files:
+            path = fp.new_path or fp.old_path or "?"
+            so_far.setdefault(path, set()).update(line for h in fp.hunks for line in h.added)
+
+    def state_of(fp) -> _FileState:
+        path = fp.new_path or fp.old_path or "?"
+        if path not in states:
+            s_lines, _ = _lines(stock.read(fp.old_path or path))
+            p_lines, _ = _lines(patched.read(path))
+            states[path] = _FileState(
+                path,
+                s_lines,
+                p_lines,
+                Alignment(s_lines, p_lines),
+                removed_later=removed_by.get(path, Counter()),
+                added_later=Counter(still_all.get(path, Counter())),
+            )
+        return states[path]
+
+    landings: dict[tuple[int, int, int], tuple[list[Site], int]] = {}
+    for n in range(len(patches) - 1, -1, -1):
+        for f, fp in enumerate(patches[n].files):
+            state = state_of(fp)
+            earlier, later = added_before[(n, state.path)], added_after[(n, state.path)]
+            removed_later = Counter()
+            for m in range(n + 1, len(patches)):
+                for other in patches[m].files:
+                    if (other.new_path or other.old_path or "?") == state.path:
+                        removed_later.update(line for h in other.hunks for line in h.removed)
+            for index, landing in _land_hunks(fp.hunks, state, earlier, later, removed_later).items():
+                landings[(n, f, index)] = landing
+    findings: list[AuditHunk] = []
+    for n, patch in enumerate(patches):
+        label = _patch_label(patch)
+        for f, fp in enumerate(patch.files):
             if not fp.hunks:
                 continue
-            path = fp.new_path or fp.old_path or "?"
-            state = states.get(path)
-            if state is None:
-                s_lines, _ = _lines(stock.read(fp.old_path or path))
-                p_lines, _ = _lines(patched.read(path))
-                state = _FileState(
-                    path, s_lines, p_lines, Alignment(s_lines, p_lines), removed_later=removed_by.get(path, Counter())
-                )
-                states[path] = state
+            state = state_of(fp)
             for hunk in fp.hunks:
                 state.removed_later.subtract(hunk.removed)
+                state.added_later.subtract(hunk.added)
             for hunk in fp.hunks:
-                findings.append(_audit_hunk(label, path, hunk, state))
-            for hunk in fp.hunks:
-                state.added_so_far.update(hunk.added)
+                findings.append(_audit_hunk(label, state.path, hunk, state, landings[(n, f, hunk.index)]))
         for state in states.values():
             state.shifts += state.pending
             state.pending = []
     summary = {v.value: 0 for v in AuditVerdict}
-    for f in findings:
-        summary[f.verdict.value] += 1
+    for finding in findings:
+        summary[finding.verdict.value] += 1
     return AuditReport(findings, summary)
 
 
@@ -220,17 +266,121 @@ def _header_index(hunk: Hunk, state: _FileState) -> int:
     at = hunk.old_start - 1 + hunk.leading_context if hunk.old_len else hunk.old_start
     shift = 0
     for line, delta in sorted(state.shifts):
-        if line < at - shift:
-            shift += delta
+        start = line + shift  # where that earlier hunk's change starts in the numbering of this header
+        if start >= at:
+            break
+        if delta > 0 and at < start + delta:
+            return line  # inside the lines it added: they have no stock line, only its site
+        shift += delta
     return at - shift
 
 
-def _landed_sites(hunk: Hunk, state: _FileState, near: int) -> tuple[list[Site], int]:
-    """Where each change group shows up in the patched file (stock indices); and how many groups were found."""
+def _land_hunks(
+    hunks: list[Hunk], state: _FileState, earlier: set[str], later: Counter, removed_later: Counter
+) -> dict[int, tuple[list[Site], int]]:
+    """The landings of one patch's hunks in one file.
+
+    Several hunks may add the same lines (one keyword argument threaded into several calls), so a hunk's nearest
+    copy may be a neighbour's. The landings are chosen together: in the hunks' order down the file (as a patch is
+    applied), as many hunks landed as possible, and among those the choice whose offsets change least from one
+    hunk to the next (GNU patch carries the previous hunk's offset the same way). A hunk none of whose copies fits
+    that order is then looked up alone (a merge, a re-indented or later-edited insertion), near where the hunks
+    around it landed."""
+    headers = {h.index: _header_index(h, state) for h in hunks}
+    options: list[list[tuple[Site, tuple[list[Site], int]]]] = []
+    for h in hunks:
+        g = change_groups(h)[0]
+        sites = group_sites(
+            state.landing,
+            g.removed,
+            g.added,
+            state.claimed_old,
+            state.claimed_new,
+            headers[h.index],
+            earlier_added=earlier,
+        )
+        found = []
+        for site in sites[:_MAX_COPIES]:
+            landing = _landed_sites(
+                h, state, headers[h.index], earlier, later, removed_later, first=site, do_claim=False
+            )
+            if landing[1] == len(change_groups(h)):
+                found.append((site, landing))
+        options.append(found)
+    chosen = _ordered_choice(hunks, headers, options)
+    out: dict[int, tuple[list[Site], int]] = {}
+    for h, pick in zip(hunks, chosen, strict=True):
+        if pick is not None:
+            out[h.index] = pick
+            for site in pick[0]:
+                claim(site, state.claimed_old, state.claimed_new)
+    offset = 0
+    for h in hunks:
+        if h.index in out:
+            offset = out[h.index][0][0].old_pos - headers[h.index]
+            continue
+        out[h.index] = _landed_sites(h, state, headers[h.index] + offset, earlier, later, removed_later)
+    return out
+
+
+#: copies of a first change group considered per hunk (nearest to its header first)
+_MAX_COPIES = 16
+
+
+def _ordered_choice(hunks, headers, options):
+    """One option (or None) per hunk: positions strictly increasing in hunk order, most hunks landed, then the
+    least total change of offset between consecutive landed hunks (the first hunk's offset counts a tenth)."""
+    # best[k][c]: (landed, -cost, previous (k, c) or None) for chains that end with hunk k at option c
+    best: list[list[tuple[int, float, tuple[int, int] | None]]] = []
+    for k, opts in enumerate(options):
+        row = []
+        for site, _ in opts:
+            off = site.old_pos - headers[hunks[k].index]
+            top = (1, -abs(off) / 10, None)
+            for j in range(k):
+                for d, (other, _) in enumerate(options[j]):
+                    if other.old_pos >= site.old_pos:
+                        continue
+                    n, cost, _prev = best[j][d]
+                    change = abs(off - (other.old_pos - headers[hunks[j].index]))
+                    cand = (n + 1, cost - change, (j, d))
+                    if cand[:2] > top[:2]:
+                        top = cand
+            row.append(top)
+        best.append(row)
+    end = max(
+        ((k, c) for k in range(len(options)) for c in range(len(options[k]))),
+        key=lambda kc: best[kc[0]][kc[1]][:2],
+        default=None,
+    )
+    chosen = [None] * len(hunks)
+    while end is not None:
+        k, c = end
+        chosen[k] = options[k][c][1]
+        end = best[k][c][2]
+    return chosen
+
+
+def _landed_sites(
+    hunk: Hunk,
+    state: _FileState,
+    near: int,
+    earlier_added: set[str],
+    later_added: Counter | None = None,
+    later_removed: Counter | None = None,
+    first: Site | None = None,
+    do_claim: bool = True,
+) -> tuple[list[Site], int]:
+    """Where each change group shows up in the patched file (stock indices); and how many groups were found
+    (`earlier_added`: the lines the patches before this hunk's add to the file; `later_added` / `later_removed`:
+    the lines the patches after it add and remove; `first`: the first group's site, already chosen)."""
     found: list[Site] = []
     groups = change_groups(hunk)
     for g in groups:
         hint = found[-1].old_pos if found else near
+        if first is not None and not found:
+            found.append(first)
+            continue
         site = locate_group(
             state.landing,
             g.removed,
@@ -238,16 +388,18 @@ def _landed_sites(hunk: Hunk, state: _FileState, near: int) -> tuple[list[Site],
             state.claimed_old,
             state.claimed_new,
             hint,
-            earlier_added=state.added_so_far,
+            earlier_added=earlier_added,
         )
         if site is None:
             site = _merged_site(state, g.removed, g.added, hint)
         if site is None and not g.removed:
             site = _reindented_site(state, g.added, hint)
+        if site is None and not g.removed and later_added is not None and later_removed is not None:
+            site = _edited_later_site(state, g.added, hint, later_added, later_removed)
         if site is None:
             continue
         found.append(site)
-    if len(found) == len(groups):
+    if do_claim and len(found) == len(groups):
         for s in found:
             claim(s, state.claimed_old, state.claimed_new)
     return found, len(found)
@@ -309,6 +461,33 @@ def _merged_site(state: _FileState, removed: list[str], added: list[str], near: 
     return min(found, key=lambda s: abs(s.old_pos - near))
 
 
+def _edited_later_site(
+    state: _FileState, added: list[str], near: int, later_added: Counter, later_removed: Counter
+) -> Site | None:
+    """An insertion that a later patch of the sequence edited inside (it added lines among these, or rewrote some):
+    the nearest run of new lines that holds the hunk's lines in order, where every line in between is one a later
+    patch adds and every line missing is one a later patch removes; at least half of the hunk's lines are there."""
+    al = state.landing
+    new = al.new
+    found: list[Site] = []
+    for j in range(len(new)):
+        if al.origin[j] is not None or new[j] != added[0] or j in state.claimed_new:
+            continue
+        t, p, kept = 0, j, 0
+        while t < len(added):
+            if p < len(new) and al.origin[p] is None and new[p] == added[t] and p not in state.claimed_new:
+                t, p, kept = t + 1, p + 1, kept + 1
+            elif later_removed[added[t]] > 0:
+                t += 1
+            elif p < len(new) and al.origin[p] is None and later_added[new[p]] > 0:
+                p += 1
+            else:
+                break
+        if t == len(added) and kept * 2 >= len(added):
+            found.append(Site(al.gap[j], j, 0, p - j, al.gap[j]))
+    return min(found, key=lambda s: abs(s.old_pos - near)) if found else None
+
+
 def _reindented_site(state: _FileState, added: list[str], near: int) -> Site | None:
     """An insertion whose lines are new in the patched file at another indentation (the release nested the code
     deeper or shallower): the nearest run of new lines equal to them but for leading whitespace."""
@@ -367,11 +546,29 @@ def _text_position(hunk: Hunk, state: _FileState, first: Site) -> int | None:
             positions.append(j)
     for pos in positions:
         p0 = pos - hunk.leading_context
-        if p0 < 0 or p0 + len(post) > len(seq):
+        if p0 < 0:
             continue
-        if all(seq[p0 + t] == line or state.removed_later[line] > 0 for t, line in enumerate(post)):
+        if _post_image_at(post, seq, p0, state):
             return first.old_pos if pos == start else state.to_stock(pos)
     return None
+
+
+def _post_image_at(post: list[str], seq: list[str], p0: int, state: _FileState) -> bool:
+    """`post` reads from `seq[p0]` on, where a later patch of the sequence may have rewritten one of its lines or
+    added lines among them."""
+    t, p = 0, p0
+    while t < len(post):
+        if p < len(seq) and seq[p] == post[t]:
+            t, p = t + 1, p + 1
+        elif state.removed_later[post[t]] > 0:
+            t += 1
+            if p < len(seq) and state.added_later[seq[p]] > 0:
+                p += 1  # rewritten in place
+        elif p < len(seq) and state.added_later[seq[p]] > 0:
+            p += 1
+        else:
+            return False
+    return True
 
 
 @dataclass
@@ -429,10 +626,10 @@ def _twins_fit(hunk: Hunk, state: _FileState, view: _GroupView | None, twins: li
     return out
 
 
-def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState) -> AuditHunk:
+def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState, landing: tuple[list[Site], int]) -> AuditHunk:
     groups = change_groups(hunk)
     header = _header_index(hunk, state)
-    landed, n_found = _landed_sites(hunk, state, header)
+    landed, n_found = landing
     complete = n_found == len(groups)
     landed_at = landed[0].old_pos + 1 if complete and landed else None
 
