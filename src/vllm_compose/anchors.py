@@ -107,6 +107,7 @@ class Outline:
         self.lines = [_Line() for _ in lines]
         self.text = lines
         self._headers: dict[str, list[int]] | None = None
+        self._rows: dict[str, list[int]] | None = None
         self.n = len(lines)
         self._build("\n".join(lines) + "\n")
         for text, line in zip(lines, self.lines, strict=True):
@@ -201,6 +202,17 @@ class Outline:
             if self.lines[r].header and not self.lines[r].in_string:
                 return self.lines[r].header
         return None
+
+    def rows_of(self, key: str) -> list[int]:
+        """The lines whose key (or comment) is `key`."""
+        if self._rows is None:
+            rows: dict[str, list[int]] = {}
+            for r, line in enumerate(self.lines):
+                k = line.key if line.key is not None else line.comment
+                if k is not None:
+                    rows.setdefault(k, []).append(r)
+            self._rows = rows
+        return self._rows.get(key, [])
 
     def headers(self) -> dict[str, list[int]]:
         """Every def/class header of the text, by key, with its lines."""
@@ -673,7 +685,8 @@ def _candidates(anchor: Anchor, o: Outline, skip: range) -> list[tuple[int, tupl
     points: dict[int, int | None] = {}
     before = {k for _, k in mine.before if _distinctive(k) or k.startswith("#")}
     after = {k for _, k in mine.after if _distinctive(k) or k.startswith("#")}
-    for r, line in enumerate(o.lines):
+    for r in sorted({r for k in before | after for r in o.rows_of(k)}):
+        line = o.lines[r]
         key = line.key if line.key is not None else line.comment
         if r in skip or line.in_string or key is None:
             continue

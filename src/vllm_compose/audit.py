@@ -121,6 +121,7 @@ class _FileState:
     _patched_outline: anchors.Outline | None = None
     _stock_outline: anchors.Outline | None = None
     _patched_at: list[int] | None = None
+    _stock_index: dict[str, list[int]] | None = None
 
     @property
     def python(self) -> bool:
@@ -135,6 +136,15 @@ class _FileState:
         if self._stock_outline is None:
             self._stock_outline = anchors.outline(self.stock)
         return self._stock_outline
+
+    def stock_index(self) -> dict[str, list[int]]:
+        """Stock line -> its positions."""
+        if self._stock_index is None:
+            index: dict[str, list[int]] = {}
+            for i, line in enumerate(self.stock):
+                index.setdefault(line, []).append(i)
+            self._stock_index = index
+        return self._stock_index
 
     def to_stock(self, j: int) -> int:
         """The stock index of patched line `j` (a line new in the patched file: the stock line after its gap)."""
@@ -324,7 +334,9 @@ def _land_hunks(
 
 
 #: copies of a first change group considered per hunk (nearest to its header first)
-_MAX_COPIES = 16
+_MAX_COPIES = 8
+#: how many hunks back a chain of landings looks for its previous landed hunk
+_WINDOW = 6
 
 
 def _ordered_choice(hunks, headers, options):
@@ -337,7 +349,7 @@ def _ordered_choice(hunks, headers, options):
         for site, _ in opts:
             off = site.old_pos - headers[hunks[k].index]
             top = (1, -abs(off) / 10, None)
-            for j in range(k):
+            for j in range(max(0, k - _WINDOW), k):
                 for d, (other, _) in enumerate(options[j]):
                     if other.old_pos >= site.old_pos:
                         continue
@@ -506,17 +518,17 @@ def _reindented_site(state: _FileState, added: list[str], near: int) -> Site | N
     return min(found, key=lambda s: abs(s.old_pos - near)) if found else None
 
 
-def _occurrences(seq: list[str], run: list[str]) -> list[int]:
-    """Every index where `run` occurs verbatim in `seq`."""
+def _occurrences(seq: list[str], run: list[str], index: dict[str, list[int]] | None = None) -> list[int]:
+    """Every index where `run` occurs verbatim in `seq` (`index`: line -> positions in `seq`, when one is kept)."""
     if not run:
         return []
     probe = max(range(len(run)), key=lambda t: len(run[t].strip()))
+    positions = index.get(run[probe], []) if index is not None else [i for i, x in enumerate(seq) if x == run[probe]]
     out = []
-    for i, line in enumerate(seq):
-        if line == run[probe]:
-            j = i - probe
-            if 0 <= j and j + len(run) <= len(seq) and seq[j : j + len(run)] == run:
-                out.append(j)
+    for i in positions:
+        j = i - probe
+        if 0 <= j and j + len(run) <= len(seq) and seq[j : j + len(run)] == run:
+            out.append(j)
     return out
 
 
@@ -598,7 +610,7 @@ def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Ju
     judged = []
     for g, site in zip(change_groups(hunk), sites, strict=True):
         v = _group_view(hunk, state, g, site)
-        if g.removed and len(_occurrences(state.stock, g.removed)) == 1:
+        if g.removed and len(_occurrences(state.stock, g.removed, state.stock_index())) == 1:
             judged.append((anchors.Judgement("confirmed", "the lines it replaces are there, and only there"), v))
         else:
             judged.append((anchors.judge(v.anchor, v.outline, v.at, v.span), v))
@@ -643,8 +655,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState, landing: t
 
     pre, post = hunk.pre_image, hunk.post_image
     adds = any(g.added for g in groups)
-    twins = _occurrences(state.stock, pre)
-    in_stock = _occurrences(state.stock, post) if post != pre else []
+    twins = _occurrences(state.stock, pre, state.stock_index())
+    in_stock = _occurrences(state.stock, post, state.stock_index()) if post != pre else []
     if in_stock and not twins:
         at = min(in_stock, key=lambda i: abs(i - header)) + hunk.leading_context + 1
         if complete and adds:
@@ -688,7 +700,8 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState, landing: t
     if text and text_at != first.old_pos:
         landed_at = text_at + 1
     judgement = view = None
-    if state.python:
+    # the hunk's whole post-image around the one place its pre-image is: certain by text, nothing to ask the anchors
+    if state.python and not (text and len(twins) <= 1):
         judgement, view = _judge(hunk, state, landed)
 
     def expected_of(j: anchors.Judgement | None, v: _GroupView | None) -> int | None:
