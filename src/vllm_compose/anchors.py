@@ -37,6 +37,7 @@ anchor found *elsewhere* contradicts.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from parso.python.tokenize import tokenize
@@ -516,12 +517,21 @@ def _distinctive(key: str) -> bool:
     return not key.startswith("#") and key not in _GENERIC_KEYS and sum(c.isalnum() for c in key) >= 3
 
 
+class Fit(enum.StrEnum):
+    """What the anchors say of a landing."""
+
+    CONFIRMED = "confirmed"  # something the hunk shows is the same thing at the landing
+    CONTRADICTED = "contradicted"  # a claim of the hunk is broken there, or another site fits better
+    UNCONFIRMED = "unconfirmed"  # nothing the hunk shows is next to it
+    AMBIGUOUS = "ambiguous"  # another site fits exactly as well
+
+
 @dataclass
 class Judgement:
     """`judge`'s answer: contradicted / confirmed / unconfirmed / ambiguous, why, and the insertion point (a line of
     the judged text) where the hunk's anchors fit best when that is not the landing (None when nowhere else)."""
 
-    status: str
+    status: Fit
     reason: str
     expected_line: int | None = None
 
@@ -546,20 +556,20 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
     expected = best[0] if best else None
     hard = _contradiction(anchor, o, land, at, span)
     if hard:
-        return Judgement("contradicted", hard, expected)
+        return Judgement(Fit.CONTRADICTED, hard, expected)
     mine = _score(anchor, o, land)
     if mine is None:
-        return Judgement("contradicted", f"the hunk's anchors do not fit the landing ({land.describe()})", expected)
+        return Judgement(Fit.CONTRADICTED, f"the hunk's anchors do not fit the landing ({land.describe()})", expected)
     if best and best[1] > mine:
         return Judgement(
-            "contradicted",
+            Fit.CONTRADICTED,
             f"another site fits what the hunk shows better ({_why(anchor, o, best[2])} "
             f"there, against {_why(anchor, o, land)} at the landing)",
             expected,
         )
     if mine[0] == 0:
         return Judgement(
-            "unconfirmed",
+            Fit.UNCONFIRMED,
             f"nothing the hunk shows around the change is next to the landing ({land.describe()})",
             expected,
         )
@@ -568,20 +578,20 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
         here, there = _verbatim(anchor, o, land), _verbatim(anchor, o, best[2])
         if here > there:
             return Judgement(
-                "confirmed",
+                Fit.CONFIRMED,
                 f"{_why(anchor, o, land)}; {here} neighbours verbatim, against {there} at line {best[0] + 1}",
             )
         if here < there:
             return Judgement(
-                "contradicted",
+                Fit.CONTRADICTED,
                 f"another site fits what the hunk shows as well, and {there} of its neighbours are the hunk's lines "
                 f"verbatim, against {here} at the landing",
                 expected,
             )
         return Judgement(
-            "ambiguous", f"another site fits what the hunk shows as well ({_why(anchor, o, land)})", expected
+            Fit.AMBIGUOUS, f"another site fits what the hunk shows as well ({_why(anchor, o, land)})", expected
         )
-    return Judgement("confirmed", _why(anchor, o, land))
+    return Judgement(Fit.CONFIRMED, _why(anchor, o, land))
 
 
 def _contradiction(anchor: Anchor, o: Outline, land: Spot, at: int, span: int) -> str | None:

@@ -611,11 +611,13 @@ def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Ju
     for g, site in zip(change_groups(hunk), sites, strict=True):
         v = _group_view(hunk, state, g, site)
         if g.removed and len(_occurrences(state.stock, g.removed, state.stock_index())) == 1:
-            judged.append((anchors.Judgement("confirmed", "the lines it replaces are there, and only there"), v))
+            judged.append(
+                (anchors.Judgement(anchors.Fit.CONFIRMED, "the lines it replaces are there, and only there"), v)
+            )
         else:
             judged.append((anchors.judge(v.anchor, v.outline, v.at, v.span), v))
     for j, v in judged:
-        if j.status != "confirmed":
+        if j.status is not anchors.Fit.CONFIRMED:
             return j, v
     return judged[0]
 
@@ -718,7 +720,7 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState, landing: t
             exp = anchors.spot_at(v.outline, j.expected_line, 0, range(v.at, v.at + v.span))
         return {"landed_scope": land, "expected_scope": exp}
 
-    if judgement is not None and judgement.status == "contradicted":
+    if judgement is not None and judgement.status is anchors.Fit.CONTRADICTED:
         return finding(
             AuditVerdict.MISPLACED,
             f"landed at line {landed_at}: {judgement.reason}",
@@ -754,14 +756,14 @@ def _audit_hunk(label: str, path: str, hunk: Hunk, state: _FileState, landing: t
             f"landed at line {landed_at}, but no line next to it is one the hunk shows there",
             None,
         )
-    if judgement.status == "ambiguous":
+    if judgement.status is anchors.Fit.AMBIGUOUS:
         return finding(
             AuditVerdict.AMBIGUOUS,
             f"landed at line {landed_at}: {judgement.reason}",
             expected_of(judgement, view),
             **scopes(view, judgement),
         )
-    if judgement.status == "unconfirmed":
+    if judgement.status is anchors.Fit.UNCONFIRMED:
         return finding(
             AuditVerdict.MISPLACED,
             f"landed at line {landed_at}: {judgement.reason}",
