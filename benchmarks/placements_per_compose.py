@@ -35,16 +35,16 @@ def main() -> int:
     per_hunk: collections.Counter[tuple[int, int]] = collections.Counter()
     real_place = placement._place
 
-    def counted(hunk, tgt):
+    def counted(hunk, tgt, *rest):
         stages = [f.name for f in traceback.extract_stack()]
         stage = "audit" if "audit" in stages else "replay" if "replay_entry" in stages else "other"
         calls[stage, hunk.header] += 1
         per_hunk[id(hunk), hunk.index] += 1
-        return real_place(hunk, tgt)
+        return real_place(hunk, tgt, *rest)
 
     placement._place = counted
     with tempfile.TemporaryDirectory(prefix="placements-") as tmp:
-        options = ComposeOptions(offline=True, import_smoke=False, run_checks=False)
+        options = ComposeOptions(offline=True, import_smoke=False, run_checks=False, init=True)
         result = Composer(ROOT / "series", Path(tmp) / "repo", options=options).run(args.tag)
     by_stage = collections.Counter()
     for (stage, _), n in calls.items():
