@@ -1,10 +1,11 @@
 """Line alignment: which lines of a new text are lines of an old one, and where a hunk's change groups sit in it.
 
-The audit (`audit`) measures where a hunk landed and where it belongs with this one ruler: `Alignment(old, new)`
+The audit (`audit`) finds where each hunk landed with this ruler (where it belongs is `anchors.py`'s question):
+`Alignment(old, new)`
 aligns two texts line by line — unique lines first as anchors (patience-style), difflib between them, every inserted
 or deleted run slid as far down as it goes so that equivalent "slider" alignments compare equal — and
-`locate_group` finds a change group (`change_groups`: a run of removed and/or added lines) in it as a `Site`, in old
-line numbers. General over any two line sequences; nothing here knows about patches beyond a `Hunk`'s lines.
+`group_sites` finds every site of a change group (`change_groups`: a run of removed and/or added lines) in it, as
+`Site`s in old line numbers. General over any two line sequences; nothing here knows about patches beyond a `Hunk`'s lines.
 """
 
 from __future__ import annotations
@@ -343,21 +344,6 @@ class Site:
 
     def same_place(self, other: Site) -> bool:
         return self.old_pos == other.old_pos or self.key == other.key
-
-
-def locate_group(
-    al: Alignment,
-    removed: list[str],
-    added: list[str],
-    claimed_old: set[int],
-    claimed_new: set[int],
-    near: int | None,
-    new_range: tuple[int, int] | None = None,
-    earlier_added: set[str] | None = None,
-) -> Site | None:
-    """Find one change group in an alignment; several candidates: the one closest to `near` (old index)."""
-    sites = group_sites(al, removed, added, claimed_old, claimed_new, near, new_range, earlier_added)
-    return sites[0] if sites else None
 
 
 def group_sites(

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from . import anchors
-from .align import Alignment, ChangeGroup, Site, change_groups, claim, group_sites, locate_group
+from .align import Alignment, ChangeGroup, Site, change_groups, claim, group_sites
 from .patchfile import Hunk, Patch, decode_text, split_lines
 from .report import hunk_json
 from .results import AuditVerdict
@@ -393,15 +393,10 @@ def _landed_sites(
         if first is not None and not found:
             found.append(first)
             continue
-        site = locate_group(
-            state.landing,
-            g.removed,
-            g.added,
-            state.claimed_old,
-            state.claimed_new,
-            hint,
-            earlier_added=earlier_added,
+        sites = group_sites(
+            state.landing, g.removed, g.added, state.claimed_old, state.claimed_new, hint, earlier_added=earlier_added
         )
+        site = sites[0] if sites else None
         if site is None:
             site = _merged_site(state, g.removed, g.added, hint)
         if site is None and not g.removed:
