@@ -156,8 +156,14 @@ def test_random_drift_never_misplaces(base, data, context):
     if unique:
         assert all(p.verdict in (Verdict.EXACT, Verdict.OFFSET) for p in result.placements), evidence
     else:
+        # a pre-image that occurs more than once: placed right, or refused as ambiguous, or refused because the best
+        # of its sites holds target lines inside what the hunk removes (found by CI's run of this test: six blank
+        # lines, drift inserted among them) — a conflict there is a right refusal too, never some other reason
         for p in result.placements:
-            assert p.ok or "ambiguous" in p.evidence, evidence
+            assert p.ok or "ambiguous" in p.evidence or _REMOVED_RANGE_CONFLICT in p.evidence, evidence
+
+
+_REMOVED_RANGE_CONFLICT = "the target has lines of its own inside the lines the hunk removes"
 
 
 def test_random_drift_placement_rate():
