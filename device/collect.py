@@ -6,6 +6,7 @@ results.json  every run's JSON (token ids, timings, errors; a failed run's excep
 records.json  per run: the model classes built, the capability call sites that asked (under the sm_80 override)
               and the Triton kernels compiled
 logs.txt      the last lines of each run's log
+Keep what comes back under docs/results/<session>/: the status table's GPU column (`vllm-compose status`) reads it.
 """
 
 import json

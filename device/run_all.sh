@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the device machine, after `device/stage.py receive 1..N` and `install`: run validation phases from the table
-# below, then collect every result so far into $OUT (device/collect.py).
+# below, then collect every result so far into $OUT (device/collect.py); keep what comes back in docs/results/SESSION/.
 #   device/run_all.sh PHASE...        e.g. c1 c2 (the PP1 cycle suite and the stock control), c3 c4 c5 (PP2)
 #   device/run_all.sh --list          the table
 # Runs are scheduled on however many GPUs the machine has (nvidia-smi; VC_NGPU overrides, VC_ONE_GPU=1 means 1):

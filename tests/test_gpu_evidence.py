@@ -10,7 +10,7 @@ import pytest
 from vllm_compose.errors import ComposeError
 from vllm_compose.validation.gpu_evidence import RunConfig, collect_gpu_evidence
 
-RESULTS = Path(__file__).resolve().parent.parent / "device" / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 def _run(version="0.26.0", pp=1, mtp=0, ok=True, sync=False, capability="8.0"):

@@ -147,9 +147,9 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument(
         "--gpu-results",
         type=Path,
-        default=Path("device/results"),
+        default=Path("docs/results"),
         metavar="DIR",
-        help="device result files for the GPU column (default: device/results)",
+        help="device result files for the GPU column (default: docs/results)",
     )
     st.add_argument("--no-ampere-gate", action="store_true", help="leave the Ampere gate column unfilled")
 

@@ -1,7 +1,7 @@
 """What ran on a GPU, per vLLM release: a summary of the result files the device sessions brought back.
 
 `device/collect.py` writes `results.json` files (`{"runs": {label: run}, "verdicts": {label: verdict}}`); sessions keep
-them under `device/results/<session>/`. Each run records the vLLM version it imported, its pipeline size, MTP depth,
+them under `docs/results/<session>/`. Each run records the vLLM version it imported, its pipeline size, MTP depth,
 scheduling mode, the capability it forced (`VC_FAKE_CAPABILITY`), and whether it finished; each verdict says whether
 its tokens and spec-decode counters were as predicted. The status table's GPU column is built from these files, so it
 can say no more than the files show.
@@ -82,7 +82,7 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
     """Per vLLM version: the composed-tree runs found in `results_dir/*/*results.json`.
 
     Each configuration shows one outcome: that of its latest session (session folders sort by date, as
-    `device/results/` names them), and within that session the best one (`_RANK`). So a failure a later session
+    `docs/results/` names them), and within that session the best one (`_RANK`). So a failure a later session
     fixed is gone, and a failure after a pass shows."""
     results_dir = Path(results_dir)
     evidence: dict[str, ReleaseEvidence] = {}
