@@ -4,6 +4,7 @@ acceptance run of the two pinned upstream PRs onto vLLM 0.26.0 (skipped when tho
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from vllm_compose.placement import Verdict, place_file, place_hunk
 
 CASES = Path(__file__).parent / "cases" / "placement"
 CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir()) if CASES.is_dir() else []
+EXPECTED_KEYS = {"description", "hunks", "deleted", "parse_error"}
 
 
 def _one(folder: Path, stem: str) -> Path | None:
@@ -20,10 +22,23 @@ def _one(folder: Path, stem: str) -> Path | None:
     return found[0] if found else None
 
 
+def _expected(case: Path) -> dict:
+    """The case's expected.json: a one-line `description` of what the case shows and at least one hunk."""
+    path = case / "expected.json"
+    expected = json.loads(path.read_text())
+    description = expected.get("description")
+    assert isinstance(description, str) and description.strip(), f'{path}: needs a non-empty "description"'
+    assert "\n" not in description, f"{path}: the description is one line"
+    assert expected.get("hunks"), f'{path}: needs a non-empty "hunks" list (the verdicts to check)'
+    unknown = sorted(set(expected) - EXPECTED_KEYS)
+    assert not unknown, f"{path}: unknown keys {unknown} (known: {sorted(EXPECTED_KEYS)})"
+    return expected
+
+
 @pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
 def test_case_folder(case: Path) -> None:
     """Each folder: target.<ext> (absent for a new file), patch.diff (one file), expected.json, expected.<ext>."""
-    expected = json.loads((case / "expected.json").read_text())
+    expected = _expected(case)
     patch = parse_patch((case / "patch.diff").read_bytes(), name=f"{case.name}/patch.diff")
     assert len(patch.files) == 1, "a case holds a one-file patch"
     target_file = _one(case, "target")
@@ -59,6 +74,8 @@ def test_case_folder(case: Path) -> None:
 
 def test_case_folders_exist() -> None:
     assert len(CASE_DIRS) >= 10
+    # case folders are named in kebab-case, as under tests/cases/{audit,checks,compose,series}
+    assert [p.name for p in CASE_DIRS if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", p.name)] == []
 
 
 def test_place_hunk_on_lines() -> None:

@@ -1,7 +1,8 @@
 """The series model: every case folder under `cases/series/` is loaded and checked against its `expected.json`.
 
-A case's `expected.json` holds either `[error]` (the `SeriesError`'s key, entry and a message fragment) or `[ok]`
-(the entries, kinds, branch name, and which entries apply to a few tags).
+A case's `expected.json` holds a one-line `description` of what the case shows and either `[error]` (the
+`SeriesError`'s key, entry and a message fragment) or `[ok]` (the entries, kinds, branch name, and which entries apply
+to a few tags).
 """
 
 from __future__ import annotations
@@ -15,14 +16,36 @@ from vllm_compose.errors import ExitCode, SeriesError
 from vllm_compose.series import Resolve, Source, load_series, version_of_tag
 
 CASES = Path(__file__).parent / "cases" / "series"
-CASE_NAMES = sorted(p.name for p in CASES.iterdir() if (p / "expected.json").is_file())
-ERROR_CASES = [n for n in CASE_NAMES if "error" in json.loads((CASES / n / "expected.json").read_text())]
+CASE_NAMES = sorted(p.name for p in CASES.iterdir() if p.is_dir())
+
+
+def _expected(case: Path) -> dict:
+    """The case's expected.json: a one-line `description` and exactly one of `error` and `ok`."""
+    path = case / "expected.json"
+    assert path.is_file(), f"{case}: a series case folder needs an expected.json"
+    expect = json.loads(path.read_text())
+    description = expect.get("description")
+    assert isinstance(description, str) and description.strip(), f'{path}: needs a non-empty "description"'
+    assert "\n" not in description, f"{path}: the description is one line"
+    outcome = sorted(set(expect) & {"error", "ok"})
+    assert len(outcome) == 1, f'{path}: needs exactly one of "error" and "ok", has {outcome}'
+    unknown = sorted(set(expect) - {"description", "error", "ok"})
+    assert not unknown, f"{path}: unknown keys {unknown}"
+    return expect
+
+
+# read leniently here, so that a broken case fails its own test rather than the collection of this module
+ERROR_CASES = [
+    n
+    for n in CASE_NAMES
+    if (CASES / n / "expected.json").is_file() and "error" in json.loads((CASES / n / "expected.json").read_text())
+]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_series_case(name):
     case = CASES / name
-    expect = json.loads((case / "expected.json").read_text())
+    expect = _expected(case)
     if "error" in expect:
         want = expect["error"]
         with pytest.raises(SeriesError) as exc:
