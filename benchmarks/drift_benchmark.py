@@ -38,17 +38,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from drift.cases import Case, choose_cases, synthetic_cases
+from drift.markdown import publish, table
+from drift.sdist import SdistSource, cache_dir, fetch_sdist
+from drift.sites import ORDER_FREE_KINDS
+from drift.synthetic import SYNTHETIC_CLASSES
+from drift.tools import ToolResult, Workbench, engine_runner
 
-from drift.cases import Case, choose_cases, synthetic_cases  # noqa: E402
-from drift.markdown import publish, table  # noqa: E402
-from drift.sdist import SdistSource, cache_dir, fetch_sdist  # noqa: E402
-from drift.sites import ORDER_FREE_KINDS  # noqa: E402
-from drift.synthetic import SYNTHETIC_CLASSES  # noqa: E402
-from drift.tools import ToolResult, Workbench, engine_runner  # noqa: E402
-
-from vllm_compose.audit import audit  # noqa: E402
-from vllm_compose.patchfile import parse_patch  # noqa: E402
+from vllm_compose.audit import audit
+from vllm_compose.patchfile import parse_patch
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = (

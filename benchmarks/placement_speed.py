@@ -26,14 +26,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from drift.markdown import publish, table
+from drift.sdist import cache_dir
 
-from drift.markdown import publish, table  # noqa: E402
-from drift.sdist import cache_dir  # noqa: E402
-
-from vllm_compose.patchfile import Patch, decode_text, encode_text, parse_patch  # noqa: E402
-from vllm_compose.placement import place_file  # noqa: E402
-from vllm_compose.trees import DirTree, FileTree  # noqa: E402
+from vllm_compose.patchfile import Patch, decode_text, encode_text, parse_patch
+from vllm_compose.placement import place_file
+from vllm_compose.trees import DirTree, FileTree
 
 try:  # the auditor is optional: measured when present
     from vllm_compose.audit import audit

@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+# the device machine runs this from a copy of the working tree, where vllm_compose is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from vllm_compose.validation.expected import first_difference, judge  # noqa: E402
 from vllm_compose.validation.tinyglm import TinyGlmSpec, TokenCycle, prompts  # noqa: E402

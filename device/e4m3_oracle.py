@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+# the device machine runs this from a copy of the working tree, where vllm_compose is not installed
 sys.path.insert(0, str(REPO / "src"))
 
 import torch  # noqa: E402

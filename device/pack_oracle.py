@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+# the device machine runs this from a copy of the working tree, where vllm_compose is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import torch  # noqa: E402

@@ -340,6 +340,7 @@ def install(models: bool = True) -> str:
 
 def write_models(dest: Path, layers: int = int(os.environ.get("VC_LAYERS", "4"))) -> None:
     """The four tiny checkpoints of the validation runs (device/run_all.sh's VC_MODEL names them)."""
+    # the device machine runs `install` from a copy of the working tree, where vllm_compose is not installed
     sys.path.insert(0, str(REPO / "src"))
     from vllm_compose.validation.tinyglm import TinyGlmSpec, generate
 

@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# the device machine runs this from a copy of the working tree, where vllm_compose is not installed
 sys.path.insert(0, str(REPO / "src"))
 
 #: the Ampere serving environment (docs/validation.md explains each); set before vLLM is imported
@@ -234,6 +235,7 @@ def main() -> int:
             except Exception as exc:  # the counts are also in the workers' record files
                 result["tally"] = f"not read: {type(exc).__name__}: {exc}"
         if args.bench_tokens:
+            # benchmarks/ is a folder of scripts, not a package: put it on the path to import mtp_decode
             sys.path.insert(0, str(REPO / "benchmarks"))
             from mtp_decode import measure
 

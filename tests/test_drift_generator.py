@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+# benchmarks/ is a folder of scripts, not a package: put it first on the path, as `python benchmarks/X.py` does
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from drift.cases import build_case, choose_cases, drift_class, make_diff, pre_image  # noqa: E402
