@@ -1,18 +1,19 @@
 """Validation of a composed vLLM: the Ampere gates, the GPU evidence, and the tiny GLM-DSA checkpoint.
 
-Why this ships inside the tool's package (and not as a package of its own): five of its seven modules are part of
+Why this ships inside the tool's package (and not as a package of its own): six of its eight modules are part of
 the product. The compose refuses to build an artifact unless the Ampere gate passes, and the status table shows what
 was proven on GPUs, so the commands import them:
 
 * `ampere_gate` (`ampere-gate`; the gate before `wheel`, `editable`, `image-overlay`; the status table's gate
-  column), built on `kernel_launches` (a release's DSA-path Triton launches, derived on a CPU) and `dsa_path`
-  (`ampere-path`: the DSA path per release and its sm_89+ kernels);
+  column), built on `kernel_launches` (a release's DSA-path Triton launches, derived on a CPU), `dsa_path`
+  (`ampere-path`: the DSA path per release and its sm_89+ kernels) and `impl_contract` (the methods the DSA path
+  calls on its attention impl, against each sparse-MLA backend's impl);
 * `kernel_gate` (`kernel-gate`: recorded kernels compiled for sm_80/86);
 * `gpu_evidence` (the status table's "run on a GPU" column, read from device result files).
 
 The other two are the GPU harness's: `tinyglm` writes a small random-init or cycle-model `glm_moe_dsa` checkpoint
 (numpy only, no hub) and `expected` predicts its greedy tokens and MTP acceptance. Only `device/` (run on a GPU
-machine with `PYTHONPATH=src`: the package source is what is staged there, so these must live under `src/`),
-`benchmarks/mtp_decode.py` and the tests use them; they import nothing of the compose pipeline but the error base,
-and the pipeline imports nothing of them.
+machine from a copy of the working tree, each script putting `src/` on `sys.path`: the package is not installed
+there, so these must live under `src/`), `benchmarks/mtp_decode.py` and the tests use them; they import nothing of
+the compose pipeline but the error base, and the pipeline imports nothing of them.
 """
