@@ -143,6 +143,40 @@ def test_commits_are_reproducible_under_source_date_epoch(tmp_path, monkeypatch)
     assert repo[first].author.offset == 0
 
 
+# -- revisions and diffs ---------------------------------------------------------------------------------------
+
+
+def test_resolve_commit_follows_branches_annotated_tags_and_ids_and_is_none_for_the_rest(tmp_path):
+    repo = gitstore.open_or_init_repo(tmp_path / "r")
+    oid = _commit_files(repo, {"a.txt": b"a\n"})
+    repo.references.create("refs/heads/main", oid)
+    gitstore.create_tag(repo, "v1", oid, gitstore.signature("T", "t@example.invalid"), "v1\n")
+    for rev in ("main", "v1", "refs/tags/v1", str(oid)):
+        assert gitstore.resolve_commit(repo, rev).id == oid, rev
+    tree = str(repo[oid].tree_id)
+    for rev in ("nope", "main~3", tree):  # nothing, past the root, a tree
+        assert gitstore.resolve_commit(repo, rev) is None, rev
+
+
+def test_file_patches_give_each_changed_file_and_its_patch_with_the_context_asked(tmp_path):
+    repo = gitstore.open_or_init_repo(tmp_path / "r")
+    lines = b"".join(b"line %d\n" % i for i in range(1, 11))
+    base = _commit_files(repo, {"a.txt": lines, "b.txt": b"b\n"})
+    tree = gitstore.tree_with_changes(
+        repo, repo[base].tree, {"a.txt": lines.replace(b"line 5", b"five"), "b.txt": None, "c.txt": b"c\n"}
+    )
+    child = gitstore.commit_tree(repo, tree, [base], "child", gitstore.signature("T", "t@example.invalid"))
+    patches = gitstore.file_patches(repo, repo[base], repo[child])
+    assert [path for path, _ in patches] == ["a.txt", "b.txt", "c.txt"]
+    a_text = patches[0][1]
+    assert "-line 5\n+five\n" in a_text and " line 2\n" in a_text and " line 8\n" in a_text
+    # three lines of context, as git's default (" line 1" only as the `@@` section heading)
+    assert " line 1" not in a_text.splitlines() and " line 9" not in a_text.splitlines()
+    bare = dict(gitstore.file_patches(repo, repo[base], repo[child], context_lines=0))["a.txt"]
+    assert "-line 5\n+five\n" in bare and " line 4" not in bare.splitlines()
+    assert "-b\n" in patches[1][1] and "+c\n" in patches[2][1]
+
+
 # -- refs --------------------------------------------------------------------------------------------------------
 
 

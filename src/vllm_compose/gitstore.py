@@ -146,6 +146,15 @@ def peel_commit(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
         return None
 
 
+def resolve_commit(repo: pygit2.Repository, rev: str) -> pygit2.Commit | None:
+    """The commit `rev` names (a branch or tag name, a commit id, anything `git rev-parse` takes), through annotated
+    tags; None when `rev` names nothing or names no commit (a tree, a blob)."""
+    try:
+        return repo.revparse_single(rev).peel(pygit2.Commit)
+    except (KeyError, ValueError):  # pygit2.InvalidSpecError is a ValueError
+        return None
+
+
 def create_tag(
     repo: pygit2.Repository, tag: str, commit_id: pygit2.Oid, tagger: pygit2.Signature, message: str
 ) -> pygit2.Commit:
@@ -168,6 +177,13 @@ def diff_bytes(repo: pygit2.Repository, base: pygit2.Oid, head: pygit2.Oid, *, r
     if renames:
         diff.find_similar()
     return b"".join(patch.data for patch in diff if patch is not None)
+
+
+def file_patches(repo: pygit2.Repository, old, new, *, context_lines: int = 3) -> list[tuple[str, str]]:
+    """`git diff -U<context_lines> old new` (commits or trees) file by file: each changed file's path (a deleted
+    file's old path) and its patch text, in git's order. No rename detection: a rename is a deletion and an
+    addition."""
+    return [(patch.delta.new_file.path, patch.text) for patch in repo.diff(old, new, context_lines=context_lines)]
 
 
 def merge_trees(repo: pygit2.Repository, base: pygit2.Oid, ours: pygit2.Oid, theirs: pygit2.Oid) -> pygit2.Index:

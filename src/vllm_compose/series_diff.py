@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from . import trailers
+from . import gitstore, trailers
 from .errors import RepositoryError
 
 _HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$")  # numbers and section heading move
@@ -59,11 +59,12 @@ class SeriesDiff:
 def entry_commits(repo: pygit2.Repository, branch: str, base: str) -> list[tuple[str, pygit2.Commit]]:
     """(entry id, commit) for each commit of `base..branch`, oldest first; commits without the trailer are an
     error (the branch holds work that is not a compose)."""
-    try:
-        tip = repo.revparse_single(branch).peel(pygit2.Commit)
-        stop = repo.revparse_single(base).peel(pygit2.Commit)
-    except (KeyError, ValueError) as exc:
-        raise RepositoryError(f"{exc.args[0] if exc.args else exc} not found", hint="compose both tags first") from None
+    tip = gitstore.resolve_commit(repo, branch)
+    stop = gitstore.resolve_commit(repo, base)
+    if tip is None:
+        raise RepositoryError(f"{branch} not found", hint="compose both tags first")
+    if stop is None:
+        raise RepositoryError(f"{base} not found", hint="compose both tags first")
     out = []
     commit = tip
     if trailers.BUILD_SETUP in commit.message and commit.parents:  # the build setup (artifacts.precompiled): no entry
@@ -84,12 +85,11 @@ def entry_commits(repo: pygit2.Repository, branch: str, base: str) -> list[tuple
 
 def _normalized_change(repo: pygit2.Repository, commit: pygit2.Commit) -> tuple[list[str], list[str]]:
     """The commit's diff against its parent without `index` lines and `@@` line numbers; and its files."""
-    diff = repo.diff(commit.parents[0], commit, context_lines=3)
     lines: list[str] = []
     files = []
-    for patch in diff:
-        files.append(patch.delta.new_file.path)
-        for line in patch.text.splitlines():
+    for path, text in gitstore.file_patches(repo, commit.parents[0], commit, context_lines=3):
+        files.append(path)
+        for line in text.splitlines():
             if line.startswith("index "):
                 continue
             lines.append(_HUNK_HEADER.sub("@@", line))
