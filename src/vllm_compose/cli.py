@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
         help="write the branch although checks fail (recorded in the report)",
     )
     r.add_argument("--allow-dirty", action="store_true", help="go on although the repository has local changes")
+    r.add_argument(
+        "--allow-unreviewed",
+        action="store_true",
+        help="write the branch although a fix outside its written_for landed unreviewed (recorded on the branch)",
+    )
     r.add_argument("--force", action="store_true", help="replace a branch whose tip was not written by this tool")
     r.add_argument("--no-checks", action="store_true", help="skip the per-entry checks (recorded in the report)")
     r.add_argument(
@@ -187,6 +192,22 @@ def _parser() -> argparse.ArgumentParser:
     kg.add_argument("records", type=Path, help="a kernels/*.json file of recorded launches")
     kg.add_argument("tree", type=Path, help="the folder that holds the vllm/ package of the tree to gate")
     kg.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
+    rv = sub.add_parser(
+        "review", help="compose without publishing; list the relocated and merged landings, record approvals of them"
+    )
+    rv.add_argument("--onto", required=True, metavar="TAG", help="release tag whose compose branch to review")
+    rv.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
+    rv.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (approvals: reviews.toml)")
+    rv.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR")
+    rv.add_argument("--cache", type=Path, metavar="DIR")
+    rv.add_argument("--offline", action="store_true", help="use only the cache and --sources for the PR diffs")
+    ga = rv.add_mutually_exclusive_group()
+    ga.add_argument("--approve", action="append", metavar="ID", help="approve this landing (<entry>:<path>#<hunk>)")
+    ga.add_argument("--approve-all", action="store_true", help="approve every unreviewed landing listed")
+    rv.add_argument("--by", help="with --approve: who read the landings")
+    rv.add_argument("--why", help="with --approve: why they are right")
+    rv.add_argument("--json", type=Path, metavar="FILE", help="also write the review as JSON")
+    rv.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     _artifact_parsers(sub)
     return p
 
@@ -201,6 +222,14 @@ def _artifact_parsers(sub) -> None:
         x.add_argument("--branch", help="compose branch (default: the series' compose-<PRs>-<TAG>)")
         x.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
         no_ampere_gate(x)
+        allow_unreviewed(x)
+
+    def allow_unreviewed(x) -> None:
+        x.add_argument(
+            "--allow-unreviewed",
+            action="store_true",
+            help="build although relocated or merged landings have no approval for the release (recorded)",
+        )
 
     def no_ampere_gate(x) -> None:
         x.add_argument(
@@ -251,6 +280,7 @@ def _artifact_parsers(sub) -> None:
     i.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
     i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
     no_ampere_gate(i)
+    allow_unreviewed(i)
     i.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
     s = sub.add_parser("audit-series", help="compose the series onto a release in a scratch repository (pre-commit)")
@@ -281,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             "ampere-gate": _ampere_gate,
             "kernel-gate": _kernel_gate,
             "semantic-check": _semantic_check,
+            "review": _review,
             "wheel": _wheel,
             "editable": _editable,
             "image-overlay": _image_overlay,
@@ -309,6 +340,7 @@ def _cache(args):
 def _rebase(args) -> int:
     from . import checkout, compose
     from .report import render_compose, write_json
+    from .results import ComposeStatus
 
     if args.abort:
         print(compose.abort(args.repo))
@@ -326,6 +358,7 @@ def _rebase(args) -> int:
         run_checks=not args.no_checks,
         import_smoke=not args.no_import_smoke,
         init=args.init,
+        allow_unreviewed=args.allow_unreviewed,
     )
     branch = _branch_to_release(args)
     with _progress(args.quiet) as progress, checkout.released(args.repo, branch) if branch else _nothing() as before:
@@ -335,7 +368,7 @@ def _rebase(args) -> int:
         else:
             result = composer.run(args.onto)
     print(render_compose(result), end="")
-    if result.status == "composed" and not args.no_checkout:
+    if result.status is ComposeStatus.COMPOSED and not args.no_checkout:
         print(checkout.check_out_compose(args.repo, result.branch, before).message)
     if args.json:
         write_json(args.json, result.to_json())
@@ -455,9 +488,10 @@ def _stock_wheel(args, version: str, progress=None) -> Path:
 def _wheel(args) -> int:
     from .artifacts import branch as branch_mod
     from .artifacts.wheel import build_overlay_wheel, verify_wheel
-    from .report import write_json
+    from .report import render_review_line, write_json
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
+    review = _require_reviewed(branch, args, "wheel")
     checks = branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
     ampere = _ampere_gate_of(branch, args)
     with _progress(False) as progress:
@@ -467,6 +501,7 @@ def _wheel(args) -> int:
     print(f"{branch.branch} ({len(branch.entries)} entries, {len(branch.changed)} changed files) onto {stock.name}")
     print("checks: " + ", ".join(f"{r.name} {r.status}" for r in checks.results))
     print(f"ampere gate: {_ampere_summary(ampere)}")
+    print(render_review_line(review))
     if checked is not None:
         print(f"verified {checked} members against RECORD")
     print(out)
@@ -477,8 +512,57 @@ def _wheel(args) -> int:
             "branch": branch.to_json(),
             "checks": checks.to_json(),
             "ampere_gate": ampere.to_json() if ampere else {"skipped": "--no-ampere-gate"},
+            "review": review.to_json(),
         }
         write_json(args.json, data)
+    return ExitCode.OK
+
+
+def _require_reviewed(branch, args, action: str):
+    """The branch's review; refuses (exit 2) while a landing is unreviewed, unless --allow-unreviewed (recorded)."""
+    from .artifacts import branch as branch_mod
+    from .review import require_reviewed
+
+    review = branch_mod.review(branch, args.series)
+    require_reviewed(review, action, args.allow_unreviewed)
+    return review
+
+
+def _review(args) -> int:
+    from . import compose
+    from .report import render_review, write_json
+    from .review import record_approvals
+
+    if (args.approve or args.approve_all) and not (args.by and args.why):
+        raise ComposeError("--approve and --approve-all need --by NAME and --why TEXT", hint="say who read it and why")
+    if (args.by or args.why) and not (args.approve or args.approve_all):
+        raise ComposeError("--by and --why go with --approve ID or --approve-all")
+    options = compose.ComposeOptions(
+        offline=args.offline, keep_state=False, run_checks=False, publish=False, allow_unreviewed=True
+    )
+    with _progress(args.quiet) as progress:
+        review = compose.review(args.series, args.repo, args.onto, _cache(args), options, progress)
+    if args.approve or args.approve_all:
+        chosen = [x.landing for x in review.unreviewed]
+        if args.approve:
+            known = {x.landing.id: x.landing for x in review.items}
+            unknown = [i for i in args.approve if i not in known]
+            if unknown:
+                raise ComposeError(
+                    f"{', '.join(unknown)}: no relocated or merged landing of the compose onto {args.onto} has this id",
+                    tag=args.onto,
+                    hint=f"the ids are listed by `vllm-compose review --onto {args.onto}`",
+                )
+            chosen = [known[i] for i in args.approve]
+        written = record_approvals(args.series, args.onto, chosen, args.by, args.why)
+        print(f"recorded {len(written)} approvals in {args.series / 'reviews.toml'}")
+        for x in review.items:
+            x.approval = x.approval or next(
+                (a for a in written if (a.hunk, a.landing) == (x.landing.id, x.landing.digest)), None
+            )
+    print(render_review(review), end="")
+    if args.json:
+        write_json(args.json, review.to_json())
     return ExitCode.OK
 
 
@@ -502,10 +586,13 @@ def _editable(args) -> int:
 
     from .artifacts import branch as branch_mod
     from .artifacts.editable import editable_install
+    from .report import render_review_line
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
+    review = _require_reviewed(branch, args, "editable")
     branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
     print(f"ampere gate: {_ampere_summary(_ampere_gate_of(branch, args))}")
+    print(render_review_line(review))
     branch_mod.require_checked_out(branch, args.repo)
     with _progress(False) as progress:
         stock = _stock_wheel(args, branch.version, progress)
@@ -544,6 +631,7 @@ def _image_overlay(args) -> int:
         import_smoke=not args.no_import_smoke,
         dry_run=args.dry_run,
         ampere_gate=not args.no_ampere_gate,
+        allow_unreviewed=args.allow_unreviewed,
     )
     print(render_image_overlay(result), end="")
     if args.json:

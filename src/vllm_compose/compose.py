@@ -11,6 +11,8 @@
 5. audit      — re-derive, from each entry commit and its parent, where every hunk landed, and compare with where
                 the engine says it belongs (`audit`).
 6. checks     — the composed tree against the release: what must be clean is the whole, not each step.
+6b. review    — the relocated and merged landings against the approvals in `series/reviews.toml` (`review`):
+                unreviewed ones are reported; those of a fix outside its `written_for` refuse the branch.
 7. build setup — the branch's last commit, not an entry: `pip install -e` builds over the release's precompiled
                 stock wheel (`artifacts.precompiled`).
 8. publish    — only when every entry composed and the audit and checks are clean: move the branch ref with a
@@ -35,7 +37,7 @@ import pygit2
 from . import checks, conflict, gitstore
 from .audit import audit
 from .cache import Cache
-from .errors import RepositoryError, SeriesError
+from .errors import RefusedError, RepositoryError, SeriesError
 from .patchfile import Patch
 from .progress import ProgressCallback
 from .releases import ensure_release
@@ -50,6 +52,7 @@ from .results import (
     RunState,
     Severity,
 )
+from .review import Approval, Review, fill_audit, fill_reading, load_approvals, require_reviewed, review_of
 from .series import Series, check_resolves, load_series, version_of_tag
 from .sources import entry_patch
 from .trailers import COMPOSED_BY
@@ -82,6 +85,11 @@ class ComposeOptions:
     init: bool = False
     #: end the branch with the commit that makes `pip install -e` take the precompiled stock wheel
     build_setup: bool = True
+    #: write the branch ref (off for `vllm-compose review`, which reads a compose without publishing it)
+    publish: bool = True
+    #: write the branch although a fix outside its `written_for` landed unreviewed (recorded in the report and as
+    #: a `Review-Override:` trailer of the fix's commit)
+    allow_unreviewed: bool = False
 
 
 @dataclass
@@ -117,6 +125,8 @@ class Composer:
         self.tag: str = ""
         #: the series as preflight loaded it
         self.series: Series | None = None
+        #: the approved landings of `series/reviews.toml`, as preflight loaded them
+        self.approvals: list[Approval] = []
         #: the vLLM repository the compose writes objects and refs into
         self.repo: pygit2.Repository | None = None
         #: the release commit (the first entry's parent)
@@ -146,8 +156,11 @@ class Composer:
             return self._stop_for_a_person()
         refusals = self._audit_entries()
         refusals += self._check_composed_tree()
+        refusals += self._review_landings()
         if refusals:
             return self._refuse(refusals)
+        if not self.options.publish:
+            return self._composed()
         self._build_setup()
         self._publish()
         return self._composed()
@@ -157,7 +170,7 @@ class Composer:
         """Forget any earlier run of this composer."""
         self.tag = tag
         self.series = self.repo = self.base = self.head = self.stopped = self.result = None
-        self.patches, self.carried, self.committed = {}, {}, []
+        self.patches, self.carried, self.committed, self.approvals = {}, {}, [], []
 
     def _preflight(self) -> None:
         """Refuse a misspelt tag, a bad series, a release no PR entry applies to, a compose in progress and a dirty
@@ -165,6 +178,7 @@ class Composer:
         tag = self.tag
         version_of_tag(tag)
         series = self.series = load_series(self.series_dir)
+        self.approvals = load_approvals(self.series_dir)
         prs = [e for e in series.entries if e.kind == "upstream-pr"]
         if prs and not any(e.applies_to(tag) for e in prs):
             ranges = ", ".join(f"{e.id} {e.tags or 'any'}" for e in prs)
@@ -230,6 +244,7 @@ class Composer:
                 continue
             if step.outcome.status is EntryStatus.DROPPED_UPSTREAM:
                 continue
+            step.outcome.review_override = self._override_of(step)
             commit = commit_entry(self.repo, self.head, step, when, self.tag)
             step.outcome.commit = str(commit.id)
             if self.options.run_checks:
@@ -341,6 +356,33 @@ class Composer:
             return []
         return ["checks failed: " + "; ".join(failures)]
 
+    def _override_of(self, step: EntryReplay) -> str | None:
+        """What `--allow-unreviewed` lets through in this entry (its commit records it), or None."""
+        review = review_of(self.tag, step.outcome.landings, self.approvals, [step.entry])
+        if not self.options.allow_unreviewed or not review.stops:
+            return None
+        return "allowed unreviewed on " + ", ".join(f"{x.landing.file}#{x.landing.hunk}" for x in review.stops)
+
+    def _review_landings(self) -> list[str]:
+        """Match the entries' relocated and merged landings with the series' approvals, with the audit's word on
+        each; returns the refusal when a fix applied outside its `written_for` landed unreviewed."""
+        landings = [x for c in self.committed for x in c.outcome.landings]
+        review = self.result.review = review_of(self.tag, landings, self.approvals, self.series.entries)
+        fill_audit(
+            review,
+            {
+                (c.outcome.id, h.file, h.hunk): h
+                for c in self.committed
+                if c.outcome.audit
+                for h in c.outcome.audit.hunks
+            },
+        )
+        try:
+            require_reviewed(review, "rebase", self.options.allow_unreviewed, only_stops=True)
+        except RefusedError as exc:
+            return [f"{exc.message} (read them with `vllm-compose review --onto {self.tag}`)"]
+        return []
+
     def _refuse(self, refusals: list[str]) -> ComposeResult:
         result = self.result
         result.status = ComposeStatus.REFUSED
@@ -432,6 +474,29 @@ class Composer:
 
 
 # ---------------------------------------------------------------------------------------------------- resume
+def review(
+    series_dir: Path,
+    repo_dir: Path,
+    tag: str,
+    cache: Cache | None = None,
+    options: ComposeOptions | None = None,
+    progress: ProgressCallback | None = None,
+) -> Review:
+    """Compose the series onto `tag` without publishing (`options.publish` off) and return its review, each item
+    with the hunk and the lines around its landing in the entry commit (`vllm-compose review`). The entry commits
+    are written as objects, no ref moves; a compose the review stage would refuse is reviewed all the same."""
+    options = options or ComposeOptions(keep_state=False, run_checks=False, publish=False, allow_unreviewed=True)
+    composer = Composer(series_dir, repo_dir, cache, options, progress)
+    result = composer.run(tag)
+    found = result.review
+    if found is None:  # the compose stopped before its review stage (a conflict): the entries before the stop
+        landings = [x for c in composer.committed for x in c.outcome.landings]
+        found = review_of(tag, landings, composer.approvals, composer.series.entries)
+    trees = {c.outcome.id: GitTree(composer.repo, c.commit.tree) for c in composer.committed}
+    fill_reading(found, trees, composer.patches)
+    return found
+
+
 def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | None = None) -> ComposeResult:
     """Record the person's resolution in the worktree as a new local skew-fix entry, then compose again."""
     repo = gitstore.open_or_init_repo(repo_dir, create=False)

@@ -10,6 +10,7 @@ Hunk numbering: `Hunk.index` is 1-based within its file's section of the patch, 
 
 from __future__ import annotations
 
+import dataclasses
 import email.parser
 import email.policy
 import re
@@ -227,6 +228,15 @@ class Patch:
 
     def to_text(self) -> str:
         return "".join(f.to_text() for f in self.files)
+
+    def without(self, skip: set[tuple[str, int]]) -> Patch:
+        """This patch without the hunks named by (path, hunk index) in `skip`; a file left with none goes."""
+        files = []
+        for fp in self.files:
+            kept = [h for h in fp.hunks if (fp.path, h.index) not in skip]
+            if kept:
+                files.append(dataclasses.replace(fp, hunks=kept))
+        return Patch(self.name, self.header, files)
 
 
 def strip_path(path: str, strip: int, name: str, line_no: int) -> str | None:

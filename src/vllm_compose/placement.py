@@ -187,6 +187,8 @@ class FilePlacement:
     new_text: str | None
     #: set when the merged Python file no longer parses: "line N: message"
     parse_error: str | None = None
+    #: hunk index -> 1-based (first, last) line of what it wrote in `new_text` (last = first - 1: it only removed)
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def conflicts(self) -> list[Placement]:
@@ -1974,7 +1976,7 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
                 where = f"the file no longer parses with this hunk: line {line}: {msg}"
                 _to_conflict(p, where)
             text, regions = _assemble(tgt, final_nl, placements)
-    return FilePlacement(file_patch, placements, text, perr)
+    return FilePlacement(file_patch, placements, text, perr, {p.hunk.index: span for p, span in regions})
 
 
 def _blob_id(text: str) -> str:

@@ -26,9 +26,10 @@ from .errors import PatchFormatError
 from .patchfile import FilePatch, Patch, decode_text, encode_text, ends_in_crlf, split_lines
 from .placement import FilePlacement, Verdict, place_file, place_hunk
 from .results import EntryOutcome, EntryStatus, HunkOutcome, Method
+from .review import landings_of_file
 from .series import Entry, version_of_tag
 from .sources import resolve_entry_commits
-from .trailers import COMPOSED_BY
+from .trailers import COMPOSED_BY, REVIEW_OVERRIDE
 from .trees import GitTree
 
 
@@ -102,6 +103,7 @@ def _place_entry(
             if pl.verdict is Verdict.CONFLICT and not ho.resolved_by:
                 open_conflicts.append((fp.path, h.index, pl.evidence))
             outcome.hunks.append(ho)
+        outcome.landings += landings_of_file(entry.id, fp.path, fpl, target_lines)
         if not own.hunks and not (fp.is_new or fp.is_delete or fp.is_rename):
             continue
         if fpl.new_text is not None or fp.is_delete:
@@ -266,17 +268,13 @@ def _refuse_crlf_onto_lf(entry: Entry, fp: FilePatch, text: str | None) -> None:
 def placed_only(patch: Patch, outcome: EntryOutcome) -> Patch:
     """The entry's patch without the hunks that did not go in (carried by fixes, or already upstream): the audit
     checks what this commit claims to contain."""
-    skip = {
-        (h.file, h.hunk)
-        for h in outcome.hunks
-        if h.resolved_by or h.verdict in (Verdict.CONFLICT, Verdict.ALREADY_APPLIED)
-    }
-    files = []
-    for fp in patch.files:
-        kept = [h for h in fp.hunks if (fp.path, h.index) not in skip]
-        if kept:
-            files.append(dataclasses.replace(fp, hunks=kept))
-    return Patch(patch.name, patch.header, files)
+    return patch.without(
+        {
+            (h.file, h.hunk)
+            for h in outcome.hunks
+            if h.resolved_by or h.verdict in (Verdict.CONFLICT, Verdict.ALREADY_APPLIED)
+        }
+    )
 
 
 def _entry_author(entry: Entry, when: int) -> pygit2.Signature:
@@ -309,5 +307,8 @@ def _commit_message(entry: Entry, outcome: EntryOutcome, patch: Patch, tag: str)
     if entry.source and entry.source.commits:
         lines.append("Source-Commits: " + " ".join(entry.source.commits))
     lines.append(f"Onto: {tag}")
+    lines += [x.trailer() for x in outcome.landings]
+    if outcome.review_override:
+        lines.append(f"{REVIEW_OVERRIDE} {outcome.review_override}")
     lines.append(COMPOSED_BY)
     return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ from .errors import ComposeError
 
 if TYPE_CHECKING:
     from .audit import AuditReport
+    from .review import Review
     from .scope import Scope
     from .series_diff import SeriesDiff
     from .status import ReleaseStatus
@@ -129,6 +130,8 @@ def render_compose(result) -> str:
         out.append("")
     if result.accepted_failures:
         out.append("ACCEPTED CHECK FAILURES (--accept-check-failures): " + "; ".join(result.accepted_failures))
+    if result.review is not None and (result.review.items or result.review.override):
+        out.append(render_review_line(result.review))
     verdict = {"composed": "OK", "conflict": "STOPPED (conflict)", "refused": "REFUSED"}[result.status]
     out.append(f"{verdict}: {result.message}")
     if result.status == "composed":
@@ -136,6 +139,54 @@ def render_compose(result) -> str:
         if result.build_setup is not None:
             out.append(("build: " if result.build_setup.commit else "") + result.build_setup.message)
     return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The review
+
+
+def render_review_line(review: Review) -> str:
+    """One line for the compose and artifact reports: the landings, how many are approved, the override."""
+    text = f"review: {review.summary()}"
+    if review.unreviewed:
+        text += f" — read them: vllm-compose review --onto {review.tag}"
+    if review.override:
+        text += f"\nREVIEW OVERRIDE ({review.override})"
+    return text
+
+
+def render_review(review: Review) -> str:
+    """`vllm-compose review`: each landing with its approval, the hunk, the landing in context, the audit's word."""
+    out = [f"review of the compose onto {review.tag}: {review.summary()}"]
+    for x in review.items:
+        land = x.landing
+        if x.approval is not None:
+            state = f"approved by {x.approval.by}: {x.approval.why}"
+        else:
+            state = "UNREVIEWED" + (f", and the fix was written for {x.outside}" if x.outside else "")
+        out += ["", f"{land.id}  {land.verdict}, {_lines_span(land)}  landing {land.digest}", f"  {state}"]
+        if x.audit_verdict is not None:
+            where = f" (expected at stock line {x.audit_expected_at})" if x.audit_expected_at is not None else ""
+            out.append(f"  audit: {x.audit_verdict}{where}: {x.audit_reason}")
+        if x.hunk_lines:
+            out.append("  the hunk:")
+            out += [f"    {line}" for line in x.hunk_lines]
+        if x.context:
+            out.append(f"  the landing in {land.file} (> the lines it wrote):")
+            out += [f"  {'>' if mine else ' '} {n:>6}  {text}".rstrip() for n, text, mine in x.context]
+    if review.unreviewed:
+        out += [
+            "",
+            f"approve after reading: vllm-compose review --onto {review.tag} --approve ID --by NAME --why TEXT "
+            "(or --approve-all)",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def _lines_span(land) -> str:
+    if land.last < land.first:
+        return f"removed before line {land.first}"
+    return f"line {land.first}" if land.last == land.first else f"lines {land.first}-{land.last}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from .placement import Verdict as HunkVerdict
 if TYPE_CHECKING:
     from .audit import AuditReport
     from .checks import CheckReport
+    from .review import Landing, Review
 
 __all__ = [
     "AuditVerdict",
@@ -145,6 +146,10 @@ class EntryOutcome:
     checks: CheckReport | None = None
     #: the audit of this entry's commit against its parent (None: not run)
     audit: AuditReport | None = None
+    #: its hunks that landed relocated or merged, for a person to review (`review`)
+    landings: list[Landing] = field(default_factory=list)
+    #: what `--allow-unreviewed` let through in this entry (a fix outside its `written_for`); in its commit too
+    review_override: str | None = None
 
     def verdict_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -166,6 +171,10 @@ class EntryOutcome:
             d["checks"] = self.checks.to_json()
         if self.audit is not None:
             d["audit"] = self.audit.to_json()
+        if self.landings:
+            d["landings"] = [x.to_json() for x in self.landings]
+        if self.review_override:
+            d["review_override"] = self.review_override
         return d
 
 
@@ -202,6 +211,8 @@ class ComposeResult:
     final_checks: CheckReport | None = None
     #: the branch's last commit, after the entries: `pip install -e` over the precompiled stock wheel
     build_setup: BuildSetup | None = None
+    #: the relocated and merged landings and their approvals (None: the compose did not get that far)
+    review: Review | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -223,6 +234,7 @@ class ComposeResult:
             "accepted_failures": self.accepted_failures,
             "final_checks": self.final_checks.to_json() if self.final_checks is not None else None,
             "build_setup": self.build_setup.to_json() if self.build_setup is not None else None,
+            "review": self.review.to_json() if self.review is not None else None,
             "entries": [e.to_json() for e in self.entries],
         }
 

@@ -77,6 +77,7 @@ _ENTRY_KEYS = {
     "file",
     "resolves",
     "requires",
+    "written_for",
 }
 _SOURCE_KEYS = {"commits", "url", "sha256", "paths", "strip"}
 _SERIES_KEYS = {"name", "description"}
@@ -131,6 +132,14 @@ class Resolve:
         return f"{self.entry}:{self.path}#{self.hunk}"
 
 
+def parse_hunk_id(text: str) -> Resolve | None:
+    """`"<entry>:<path>#<hunk>"` (hunks numbered from 1 within the file) -> `Resolve`; None when malformed."""
+    m = _RESOLVES.match(text)
+    if not m or int(m.group("hunk")) < 1:
+        return None
+    return Resolve(m.group("entry"), m.group("path"), int(m.group("hunk")))
+
+
 @dataclass
 class Entry:
     """One step of the series, in order: an upstream PR or a local skew fix."""
@@ -156,6 +165,10 @@ class Entry:
     resolves: tuple[Resolve, ...] = ()
     #: ids of earlier entries this one only makes sense with: where one of them is not applied, neither is this
     requires: tuple[str, ...] = ()
+    #: local entries: PEP 440 specifier of the releases the fix was written and reviewed for; None: its `tags`.
+    #: Widening `tags` past it is allowed, but there a hunk that does not land exact or offset stops the compose
+    #: for review (`review`)
+    written_for: str | None = None
 
     @property
     def specifier(self) -> SpecifierSet | None:
@@ -167,6 +180,12 @@ class Entry:
         if spec is None:
             return True
         return spec.contains(version_of_tag(tag), prereleases=True)
+
+    def written_for_tag(self, tag: str) -> bool:
+        """Whether this fix was written for release `tag`: its `written_for`, or, without one, its `tags`."""
+        if self.written_for is None:
+            return self.applies_to(tag)
+        return SpecifierSet(self.written_for).contains(version_of_tag(tag), prereleases=True)
 
 
 @dataclass
@@ -338,19 +357,15 @@ def _load_entry(chk: _Checker, directory: Path, table: dict, index: int, earlier
             key="upstream_status",
             hint=f"one of: {', '.join(UPSTREAM_STATUSES)} (details go in upstream_status_detail)",
         )
-    tags = table.get("tags")
-    if tags is not None:
-        if not isinstance(tags, str):
-            raise chk.error("tags must be a string", entry=eid, key="tags", hint='e.g. tags = "<0.30.0"')
-        try:
-            SpecifierSet(tags)
-        except InvalidSpecifier as exc:
-            raise chk.error(
-                f"tags {tags!r} is not a PEP 440 version specifier ({exc})",
-                entry=eid,
-                key="tags",
-                hint='write e.g. "<0.30.0" or ">=0.26.0,<0.30.0" (versions, without the tag\'s "v")',
-            ) from None
+    tags = _specifier(chk, table, "tags", eid)
+    written_for = _specifier(chk, table, "written_for", eid)
+    if written_for is not None and has_pr:
+        raise chk.error(
+            "written_for is only allowed on local entries",
+            entry=eid,
+            key="written_for",
+            hint="an upstream PR is written for upstream's main; its `tags` say where the series applies it",
+        )
 
     entry = Entry(
         id=eid,
@@ -361,12 +376,32 @@ def _load_entry(chk: _Checker, directory: Path, table: dict, index: int, earlier
         upstream_status_detail=_str(chk, table, "upstream_status_detail", eid),
         why=_str(chk, table, "why", eid),
         tags=tags or None,
+        written_for=written_for or None,
     )
     if has_pr:
         _load_pr(chk, table, entry)
     else:
         _load_local(chk, directory, table, entry, earlier)
     return entry
+
+
+def _specifier(chk: _Checker, table: dict, key: str, eid: str) -> str | None:
+    """The PEP 440 specifier under `key` (`tags`, `written_for`), checked; None when absent."""
+    value = table.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise chk.error(f"{key} must be a string", entry=eid, key=key, hint=f'e.g. {key} = "<0.30.0"')
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier as exc:
+        raise chk.error(
+            f"{key} {value!r} is not a PEP 440 version specifier ({exc})",
+            entry=eid,
+            key=key,
+            hint='write e.g. "<0.30.0" or ">=0.26.0,<0.30.0" (versions, without the tag\'s "v")',
+        ) from None
+    return value
 
 
 def _load_pr(chk: _Checker, table: dict, entry: Entry) -> None:

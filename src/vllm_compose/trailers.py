@@ -17,3 +17,12 @@ ENTRY = re.compile(r"^Series-Entry:\s*(\S+)\s*$", re.M)
 UPSTREAM_PR = re.compile(r"^Upstream-PR:\s*(?:.*/)?(\d+)\s*$", re.M)
 #: the last commit of a compose branch, written after the entries (`artifacts.precompiled`): not an entry
 BUILD_SETUP = "Build-Setup: precompiled-stock-wheel"
+#: `Review-Landing: <path>#<hunk> <verdict> <first>-<last> <digest>`: a hunk of the entry that landed relocated or
+#: merged, for a person to review (`review`)
+REVIEW_LANDING = re.compile(
+    r"^Review-Landing:\s*(?P<file>.+)#(?P<hunk>\d+)\s+(?P<verdict>[a-z-]+)\s+(?P<first>\d+)-(?P<last>\d+)\s+"
+    r"(?P<digest>[0-9a-f]+)\s*$",
+    re.M,
+)
+#: `Review-Override: <what was let through>`: unreviewed landings allowed with `--allow-unreviewed`
+REVIEW_OVERRIDE = "Review-Override:"

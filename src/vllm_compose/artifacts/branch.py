@@ -31,6 +31,8 @@ import pygit2
 from .. import gitstore
 from ..checks import CheckReport, run_checks
 from ..errors import RefusedError, RepositoryError
+from ..results import Severity
+from ..review import Review, landings_of_commit, load_approvals, review_of
 from ..series import load_series, version_of_tag
 from ..trailers import COMPOSED_BY
 from ..trailers import ENTRY as ENTRY_TRAILER
@@ -204,7 +206,7 @@ def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None =
         branch.release_tree(), branch.composed_tree(), branch.changed, import_smoke=import_smoke, python=python
     )
     if not report.ok:
-        errors = [str(f) for f in report.findings if f.severity == "error"]
+        errors = [str(f) for f in report.findings if f.severity == Severity.ERROR]
         shown = "; ".join(errors[:5]) + (f" and {len(errors) - 5} more" if len(errors) > 5 else "")
         raise RefusedError(
             f"the checks of {branch.branch} against {branch.tag} fail: {shown}",
@@ -212,6 +214,13 @@ def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None =
             hint="fix the series (a skew-fix entry) and compose again; no artifact was built",
         )
     return report
+
+
+def review(branch: ComposedBranch, series_dir: Path) -> Review:
+    """The branch's relocated and merged landings (its entry commits' `Review-Landing:` trailers) with the
+    approvals `series_dir` records for its release: what `wheel` and `editable` require to be approved."""
+    landings = [x for c in branch.commits for x in landings_of_commit(c.message)]
+    return review_of(branch.tag, landings, load_approvals(series_dir), load_series(series_dir).entries)
 
 
 def ampere_gate(branch: ComposedBranch):

@@ -42,7 +42,8 @@ from ..compose import ComposeOptions, Composer
 from ..errors import ComposeError, ExitCode, RefusedError
 from ..patchfile import parse_patch
 from ..report import render_audit
-from ..results import ComposeResult, ComposeStatus, OverlayStatus
+from ..results import ComposeResult, ComposeStatus, OverlayStatus, Severity
+from ..review import require_reviewed
 from ..trees import DirTree, GitTree
 from ..validation.ampere_gate import export_tree, require_gate
 from . import branch as branch_mod
@@ -155,6 +156,7 @@ def overlay_site_packages(
     work_dir: Path | None = None,
     python: str | None = None,
     ampere_gate: bool = True,
+    allow_unreviewed: bool = False,
 ) -> ImageOverlayResult:
     """Compose the series onto the vLLM installed in `site_packages` and install the result there (module docstring).
 
@@ -168,12 +170,20 @@ def overlay_site_packages(
     with _scratch(work_dir) as scratch:
         repo = gitstore.init_bare_repo(scratch / "repo")
         base = commit_release(repo, site_packages, tag)
-        options = ComposeOptions(offline=offline, import_smoke=False, worktree=scratch / "conflict")
+        options = ComposeOptions(
+            offline=offline, import_smoke=False, worktree=scratch / "conflict", allow_unreviewed=allow_unreviewed
+        )
         composed = Composer(Path(series_dir), scratch / "repo", cache, options).run(tag)
         result.compose = composed
         if composed.status is not ComposeStatus.COMPOSED:
             result.status = OverlayStatus(composed.status)
             result.message = composed.message + " — site-packages not changed"
+            return result
+        try:  # an image is built unattended: every relocated or merged landing must be approved for this release
+            require_reviewed(composed.review, "image-overlay", allow_unreviewed)
+        except RefusedError as exc:
+            result.status = OverlayStatus.REFUSED
+            result.message = f"{exc.message} — site-packages not changed\n  hint: {exc.hint}"
             return result
         branch = branch_mod.open_branch(scratch / "repo", Path(series_dir), tag)
         new_version = overlay_version(version, branch.label)
@@ -232,7 +242,7 @@ def _refuse_unless_clean(report, checks: CheckReport, tag: str) -> None:
     if report is not None and not report.ok:
         problems.append("the audit of site-packages before/after found misplaced hunks:\n" + render_audit(report))
     if not checks.ok:
-        problems += [str(f) for f in checks.findings if f.severity == "error"]
+        problems += [str(f) for f in checks.findings if f.severity == Severity.ERROR]
     if problems:
         raise RefusedError("; ".join(problems), tag=tag, hint="fix the series and build again")
 
