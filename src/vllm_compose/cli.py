@@ -423,14 +423,11 @@ def _series_patches(args):
 
 def _apply(args) -> int:
     from .apply import apply_patches
-    from .report import write_json
+    from .report import render_apply, write_json
 
     patches = _series_patches(args) if args.series else _load_patches(args)
     result = apply_patches(args.to, patches, dry_run=args.dry_run, markers=args.markers)
-    for h in result.hunks:
-        mark = "" if h.verdict != "conflict" else "   <-- not applied"
-        print(f"{h.patch}: {h.file} hunk {h.hunk}: {h.verdict} at {h.landed_at}{mark}")
-    print(", ".join(f"{n} {v}" for v, n in result.summary.items()) + (" (dry run)" if args.dry_run else ""))
+    print(render_apply(result, dry_run=args.dry_run), end="")
     if args.json:
         write_json(args.json, result.to_json())
     return result.exit_code
@@ -642,6 +639,7 @@ def _image_overlay(args) -> int:
 def _status(args) -> int:
     from . import compose
     from .report import render_status, write_json
+    from .results import ComposeStatus
     from .series import version_of_tag
     from .status import ReleaseStatus, write_marked_section
     from .validation import ampere_gate
@@ -658,7 +656,11 @@ def _status(args) -> int:
         if args.no_ampere_gate or unavailable:
             row.gate = row.stock_gate = "--no-ampere-gate" if args.no_ampere_gate else unavailable
         else:
-            row.gate = ampere_gate.gate_release(args.repo, args.series, tag) if result.status == "composed" else None
+            row.gate = (
+                ampere_gate.gate_release(args.repo, args.series, tag)
+                if result.status is ComposeStatus.COMPOSED
+                else None
+            )
             row.stock_gate = ampere_gate.gate_release(args.repo, args.series, tag, stock=True)
         rows.append(row)
         print(f"{tag}: {result.status}", flush=True)
@@ -668,7 +670,7 @@ def _status(args) -> int:
     print(table, end="")
     if args.write:
         write_marked_section(args.write, table)
-    return ExitCode.OK if all(r.compose.status == "composed" for r in rows) else ExitCode.CONFLICT
+    return ExitCode.OK if all(r.compose.status == ComposeStatus.COMPOSED for r in rows) else ExitCode.CONFLICT
 
 
 def _ampere_path(args) -> int:

@@ -525,8 +525,8 @@ def resume(series_dir: Path, repo_dir: Path, composer: Composer, message: str | 
             hint=f"give the entry its id {entry_id!r} back and --continue, or --abort and compose again",
         ) from None
     head = repo[pygit2.Oid(hex=state.head)]
-    composer.repo = repo
-    patch = composer._entry_patch(entry)
+    options = composer.options
+    patch = entry_patch(entry, composer.cache, offline=options.offline, progress=composer.progress, repo=repo)
     step = replay_entry(repo, head, entry, patch, carried_hunks(series.entries_for(tag)), tag)
     conflict.record_resolution(Path(series_dir), series, state, step.changes, GitTree(repo, head.tree), message)
     gitstore.delete_ref(repo, STATE_REF)

@@ -18,6 +18,21 @@ from typing import TYPE_CHECKING
 
 from .atomicfile import write_atomically
 from .errors import ComposeError
+from .results import CheckStatus, ComposeStatus, EntryStatus, HunkVerdict, Severity
+from .series_diff import DiffStatus
+
+#: the last line of a compose report, by how the compose ended
+_COMPOSE_VERDICT = {
+    ComposeStatus.COMPOSED: "OK",
+    ComposeStatus.CONFLICT: "STOPPED (conflict)",
+    ComposeStatus.REFUSED: "REFUSED",
+}
+#: the status table's "composed" cell
+_STATUS_CELL = {
+    ComposeStatus.COMPOSED: "yes",
+    ComposeStatus.CONFLICT: "**conflict**",
+    ComposeStatus.REFUSED: "**refused**",
+}
 
 if TYPE_CHECKING:
     from .audit import AuditReport
@@ -68,9 +83,9 @@ def _entry_check_lines(e, final_errors: set[tuple] | None, indent: str) -> list[
     to be gone from the composed tree, so a successful compose does not read as if it had failed a check."""
     out = []
     for c in e.checks.results if e.checks else []:
-        if c.status != "fail":
+        if c.status != CheckStatus.FAIL:
             continue
-        errors = [f for f in c.findings if f.severity == "error"]
+        errors = [f for f in c.findings if f.severity == Severity.ERROR]
         left = errors if final_errors is None else [f for f in errors if _finding_key(f) in final_errors]
         if final_errors is not None and not left:
             out.append(
@@ -105,18 +120,20 @@ def render_compose(result) -> str:
     out.append(f"  {'entry'.ljust(width)}  {'status':<17} hunks")
     final_errors = None
     if result.final_checks and result.final_checks.results:
-        final_errors = {_finding_key(f) for f in result.final_checks.findings if f.severity == "error"}
+        final_errors = {_finding_key(f) for f in result.final_checks.findings if f.severity == Severity.ERROR}
     for e in result.entries:
         out.append(f"  {e.id.ljust(width)}  {e.status:<17} {_counts(e.hunks)}")
-        if e.reason and e.status != "applied":
+        if e.reason and e.status != EntryStatus.APPLIED:
             out.append(f"  {''.ljust(width)}  {'':<17} {e.reason}")
         out += _entry_check_lines(e, final_errors, f"  {''.ljust(width)}  ")
-    notable = [(e.id, h) for e in result.entries for h in e.hunks if h.verdict not in ("exact", "offset")]
+    notable = [
+        (e.id, h) for e in result.entries for h in e.hunks if h.verdict not in (HunkVerdict.EXACT, HunkVerdict.OFFSET)
+    ]
     if notable:
         out += ["", "hunks that needed more than an offset:"]
         for eid, h in notable:
             out.append(_hunk_line(eid, h))
-            if h.verdict == "conflict" and h.evidence and not h.resolved_by:
+            if h.verdict == HunkVerdict.CONFLICT and h.evidence and not h.resolved_by:
                 out += [f"      {line}" for line in h.evidence.splitlines()[:6]]
     out.append("")
     if result.final_checks:
@@ -132,12 +149,22 @@ def render_compose(result) -> str:
         out.append("ACCEPTED CHECK FAILURES (--accept-check-failures): " + "; ".join(result.accepted_failures))
     if result.review is not None and (result.review.items or result.review.override):
         out.append(render_review_line(result.review))
-    verdict = {"composed": "OK", "conflict": "STOPPED (conflict)", "refused": "REFUSED"}[result.status]
+    verdict = _COMPOSE_VERDICT[result.status]
     out.append(f"{verdict}: {result.message}")
-    if result.status == "composed":
+    if result.status == ComposeStatus.COMPOSED:
         out.append(f"branch {result.branch} -> {(result.head or '')[:12]}")
         if result.build_setup is not None:
             out.append(("build: " if result.build_setup.commit else "") + result.build_setup.message)
+    return "\n".join(out) + "\n"
+
+
+def render_apply(result, dry_run: bool = False) -> str:
+    """`vllm-compose apply`: one line per hunk with its verdict and landing, then the count per verdict."""
+    out = []
+    for h in result.hunks:
+        mark = "" if h.verdict != HunkVerdict.CONFLICT else "   <-- not applied"
+        out.append(f"{h.patch}: {h.file} hunk {h.hunk}: {h.verdict} at {h.landed_at}{mark}")
+    out.append(", ".join(f"{n} {v}" for v, n in result.summary.items()) + (" (dry run)" if dry_run else ""))
     return "\n".join(out) + "\n"
 
 
@@ -249,20 +276,20 @@ def _clip(text: str, width: int) -> str:
 # The status table
 
 _SHORT = {
-    "applied": "applied",
-    "dropped-upstream": "upstream",
-    "partly-upstream": "PARTLY upstream",
-    "conflict": "CONFLICT",
-    "skipped": "—",
-    "not-reached": "not reached",
+    EntryStatus.APPLIED: "applied",
+    EntryStatus.DROPPED_UPSTREAM: "upstream",
+    EntryStatus.PARTLY_UPSTREAM: "PARTLY upstream",
+    EntryStatus.CONFLICT: "CONFLICT",
+    EntryStatus.SKIPPED: "—",
+    EntryStatus.NOT_REACHED: "not reached",
 }
 
 
 def _entry_cell(entry) -> str:
     text = _SHORT.get(entry.status, entry.status)
-    if entry.status == "applied":
+    if entry.status == EntryStatus.APPLIED:
         counts = entry.verdict_counts()
-        moved = {v: n for v, n in counts.items() if v in ("relocated", "merged")}
+        moved = {v: n for v, n in counts.items() if v in (HunkVerdict.RELOCATED, HunkVerdict.MERGED)}
         carried = sum(1 for h in entry.hunks if h.resolved_by)
         notes = [f"{n} {v}" for v, n in sorted(moved.items())]
         if carried:
@@ -323,11 +350,11 @@ def render_status(rows: list[ReleaseStatus]) -> str:
     for row in rows:
         r = row.compose
         by_id = {e.id: e for e in r.entries}
-        fixes = [e.id for e in r.entries if e.id not in pr_ids and e.status == "applied"]
-        composed = r.status == "composed"
+        fixes = [e.id for e in r.entries if e.id not in pr_ids and e.status == EntryStatus.APPLIED]
+        composed = r.status == ComposeStatus.COMPOSED
         cells = [
             r.tag,
-            {"composed": "yes", "conflict": "**conflict**", "refused": "**refused**"}[r.status],
+            _STATUS_CELL[r.status],
             "clean" if composed else "—",  # the branch is written only when the audit is clean
             _checks_cell(r),
             _gate_cell(row.gate, row.stock_gate),
@@ -336,7 +363,7 @@ def render_status(rows: list[ReleaseStatus]) -> str:
             f"{len(fixes)}: " + ", ".join(fixes) if fixes else "0",
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    problems = [(r.tag, r.message) for r in results if r.status != "composed"]
+    problems = [(r.tag, r.message) for r in results if r.status != ComposeStatus.COMPOSED]
     if problems:
         lines += ["", "Stopped or refused:", ""] + [f"- {tag}: {msg.splitlines()[0]}" for tag, msg in problems]
     return "\n".join(lines) + "\n"
@@ -352,11 +379,11 @@ def render_series_diff(d: SeriesDiff, show_interdiff: bool = True) -> str:
     out = [f"series diff {d.old} -> {d.new}", ""]
     for e in d.entries:
         out.append(f"  {e.id.ljust(width)}  {e.status:<9}  {_short(e.old_commit)} -> {_short(e.new_commit)}")
-    counts = {s: sum(e.status == s for e in d.entries) for s in ("unchanged", "changed", "added", "dropped")}
+    counts = {s.value: sum(e.status == s for e in d.entries) for s in DiffStatus}
     out += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
     if show_interdiff:
         for e in d.entries:
-            if e.status == "changed":
+            if e.status == DiffStatus.CHANGED:
                 out += ["", f"--- interdiff of {e.id} ---", e.interdiff]
     return "\n".join(out) + "\n"
 

@@ -10,6 +10,7 @@ else `changed`, with the interdiff (a unified diff of the two changes).
 from __future__ import annotations
 
 import difflib
+import enum
 import re
 from dataclasses import dataclass, field
 
@@ -21,12 +22,21 @@ from .errors import RepositoryError
 _HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$")  # numbers and section heading move
 
 
+class DiffStatus(enum.StrEnum):
+    """What happened to one entry's commit between the compose branches of two tags."""
+
+    UNCHANGED = "unchanged"  # the same change on both
+    CHANGED = "changed"  # both have it, in different forms (the interdiff says how)
+    ADDED = "added"  # only the new tag's branch has it
+    DROPPED = "dropped"  # only the old tag's branch has it
+
+
 @dataclass
 class EntryDiff:
     """One entry's fate between the two branches."""
 
     id: str
-    status: str  # unchanged | changed | added | dropped
+    status: DiffStatus
     old_commit: str | None = None
     new_commit: str | None = None
     interdiff: str = ""
@@ -119,14 +129,14 @@ def series_diff(repo: pygit2.Repository, old: tuple[str, str], new: tuple[str, s
         o, n = old_commits.get(eid), new_commits.get(eid)
         if o is None:
             _, files = _normalized_change(repo, n)
-            result.append(EntryDiff(eid, "added", new_commit=str(n.id), new_files=files))
+            result.append(EntryDiff(eid, DiffStatus.ADDED, new_commit=str(n.id), new_files=files))
         elif n is None:
             _, files = _normalized_change(repo, o)
-            result.append(EntryDiff(eid, "dropped", old_commit=str(o.id), old_files=files))
+            result.append(EntryDiff(eid, DiffStatus.DROPPED, old_commit=str(o.id), old_files=files))
         else:
             a, fa = _normalized_change(repo, o)
             b, fb = _normalized_change(repo, n)
             inter = "\n".join(difflib.unified_diff(a, b, f"{eid} on {old[1]}", f"{eid} on {new[1]}", lineterm=""))
-            status = "unchanged" if a == b else "changed"
+            status = DiffStatus.UNCHANGED if a == b else DiffStatus.CHANGED
             result.append(EntryDiff(eid, status, str(o.id), str(n.id), inter if a != b else "", fa, fb))
     return SeriesDiff(old[0], new[0], result)
