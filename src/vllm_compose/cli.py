@@ -560,7 +560,7 @@ def _review(args) -> int:
     print(render_review(review), end="")
     if args.json:
         write_json(args.json, review.to_json())
-    return ExitCode.OK
+    return ExitCode.CONFLICT if review.stopped else ExitCode.OK
 
 
 def _ampere_gate_of(branch, args):

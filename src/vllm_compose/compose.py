@@ -492,6 +492,7 @@ def review(
     if found is None:  # the compose stopped before its review stage (a conflict): the entries before the stop
         landings = [x for c in composer.committed for x in c.outcome.landings]
         found = review_of(tag, landings, composer.approvals, composer.series.entries)
+        found.stopped = result.message
     trees = {c.outcome.id: GitTree(composer.repo, c.commit.tree) for c in composer.committed}
     fill_reading(found, trees, composer.patches)
     return found

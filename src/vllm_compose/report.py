@@ -185,6 +185,8 @@ def render_review_line(review: Review) -> str:
 def render_review(review: Review) -> str:
     """`vllm-compose review`: each landing with its approval, the hunk, the landing in context, the audit's word."""
     out = [f"review of the compose onto {review.tag}: {review.summary()}"]
+    if review.stopped:
+        out.append(f"the compose stopped ({review.stopped}): only the entries before the stop are reviewed")
     for x in review.items:
         land = x.landing
         if x.approval is not None:
@@ -459,12 +461,23 @@ def ci_conflict_lines(report: dict) -> list[str]:
 
 def render_ci_issue(report: dict) -> str:
     """The issue the scheduled CI opens when a compose stops: the summary and how to resolve it locally."""
+    tag = report["tag"]
+    if report["status"] == ComposeStatus.CONFLICT:
+        how = (
+            f"Resolve locally with `vllm-compose rebase --onto {tag}`, edit the conflict worktree, then `--continue` "
+            "(README: Conflicts).\n"
+        )
+    else:  # refused: no branch and no worktree; the message says what refused it
+        how = (
+            f"Reproduce locally with `vllm-compose rebase --onto {tag}`; the refusal above says what failed. Read "
+            f"unreviewed landings with `vllm-compose review --onto {tag}` (docs/review.md); fix a failed audit or "
+            "check with a skew-fix entry.\n"
+        )
     return (
-        f"The scheduled compose of the series onto vLLM {report['tag']} stopped: **{report['status']}**.\n\n"
+        f"The scheduled compose of the series onto vLLM {tag} stopped: **{report['status']}**.\n\n"
         + render_ci_summary(report)
-        + "\nResolve locally with `vllm-compose rebase --onto "
-        + report["tag"]
-        + "`, edit the conflict worktree, then `--continue` (README: Conflicts).\n"
+        + "\n"
+        + how
     )
 
 

@@ -319,6 +319,8 @@ class Review:
     items: list[ReviewItem] = field(default_factory=list)
     #: set when unreviewed landings were let through with `--allow-unreviewed`: what was allowed, and where
     override: str | None = None
+    #: set when the compose reviewed stopped before its end (a conflict): at which entry, and why
+    stopped: str | None = None
 
     @property
     def unreviewed(self) -> list[ReviewItem]:
@@ -344,6 +346,7 @@ class Review:
             "summary": self.summary(),
             "landings": [x.to_json() for x in self.items],
             "override": self.override,
+            "stopped": self.stopped,
         }
 
 
