@@ -14,7 +14,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from conftest import release_tree
+from release_trees import release_tree
 
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("vc_dsa_modules", REPO / "device" / "dsa_modules.py")

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import release_tree
+from release_trees import release_tree
 
 from vllm_compose.status import write_marked_section
 from vllm_compose.trees import DirTree

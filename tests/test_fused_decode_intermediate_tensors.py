@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import release_files
+from release_trees import release_files
 
 from vllm_compose.patchfile import parse_patch
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import release_tree
+from release_trees import release_tree
 
 from vllm_compose.trees import DirTree
 from vllm_compose.validation.dsa_path import _find_class, _source

@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import release_tree
+from release_trees import release_tree
 
 from vllm_compose.patchfile import parse_patch
 

@@ -28,7 +28,7 @@ import pytest
 triton = pytest.importorskip("triton", reason="the gate needs triton (see .ci/run)")
 torch = pytest.importorskip("torch", reason="deriving launches runs the release's wrappers on CPU tensors")
 
-from conftest import release_tree  # noqa: E402
+from release_trees import release_tree  # noqa: E402
 
 from vllm_compose import cli  # noqa: E402
 from vllm_compose.validation.ampere_gate import gate_tree, recorded_coverage, render  # noqa: E402

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import release_files, release_functions
+from release_trees import release_files, release_functions
 
 np = pytest.importorskip("numpy", reason="the PP gate is numpy code (numpy is installed by .ci/run)")
 

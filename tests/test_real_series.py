@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
-from conftest import GIT_ENV, REAL_CACHE_ROOT
+from release_trees import GIT_ENV, REAL_CACHE_ROOT
 
 from vllm_compose.cache import CACHE_ENV, Cache
 from vllm_compose.cli import main

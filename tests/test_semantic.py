@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
-from conftest import _release_commit
+from release_trees import release_commit
 
 from vllm_compose.cli import main
 from vllm_compose.errors import SeriesError
@@ -43,7 +43,7 @@ def _commit(repo: pygit2.Repository, parent: pygit2.Commit, path: str, data: byt
 @pytest.fixture(scope="module")
 def arrival(tmp_path_factory):
     """A repository sharing the v0.30.0 import's objects, with branch compose-46994-38476-v0.30.0 holding EDITS."""
-    src, release = _release_commit(tmp_path_factory, "v0.30.0")
+    src, release = release_commit(tmp_path_factory, "v0.30.0")
     root = tmp_path_factory.mktemp("arrival") / "vllm"
     subprocess.run(["git", "clone", "-q", "--shared", "--bare", src.path, str(root)], check=True)
     repo = pygit2.Repository(str(root))

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import release_files, release_functions
+from release_trees import release_files, release_functions
 
 from vllm_compose.apply import apply_patches
 from vllm_compose.patchfile import parse_patch
