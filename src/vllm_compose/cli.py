@@ -457,17 +457,11 @@ def _check_fuzz(args) -> int:
 
 
 def _validate(args) -> int:
+    from .report import render_validate
     from .validate import validate_series
 
     checked = validate_series(args.series, _cache(args))
-    print(f"{checked.series.file}: {len(checked.series.entries)} entries OK")
-    if checked.checked:
-        print(f"resolves checked against the cached diffs of {', '.join(checked.checked)}")
-    if checked.unchecked:
-        print(
-            f"resolves naming {', '.join(checked.unchecked)} not checked: the diff is not in the cache "
-            "(the compose checks them before writing anything)"
-        )
+    print(render_validate(checked), end="")
     return ExitCode.OK
 
 
@@ -485,7 +479,7 @@ def _stock_wheel(args, version: str, progress=None) -> Path:
 def _wheel(args) -> int:
     from .artifacts import branch as branch_mod
     from .artifacts.wheel import build_overlay_wheel, verify_wheel
-    from .report import render_review_line, write_json
+    from .report import render_wheel, write_json
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
     review = _require_reviewed(branch, args, "wheel")
@@ -495,13 +489,7 @@ def _wheel(args) -> int:
         stock = _stock_wheel(args, branch.version, progress)
     out = build_overlay_wheel(stock, branch.composed_tree(), branch.changed, args.label or branch.label, args.out)
     checked = verify_wheel(out) if args.verify else None
-    print(f"{branch.branch} ({len(branch.entries)} entries, {len(branch.changed)} changed files) onto {stock.name}")
-    print("checks: " + ", ".join(f"{r.name} {r.status}" for r in checks.results))
-    print(f"ampere gate: {_ampere_summary(ampere)}")
-    print(render_review_line(review))
-    if checked is not None:
-        print(f"verified {checked} members against RECORD")
-    print(out)
+    print(render_wheel(branch, stock, checks, ampere, review, checked, out), end="")
     if args.json:
         data = {
             "wheel": str(out),
@@ -570,25 +558,18 @@ def _ampere_gate_of(branch, args):
     return None if args.no_ampere_gate else branch_mod.ampere_gate(branch)
 
 
-def _ampere_summary(report) -> str:
-    if report is None:
-        return "SKIPPED (--no-ampere-gate: nothing shows the DSA kernels compile for sm_80/86)"
-    specs = ", ".join(f"{n} specializations for {t}" for t, n in report.derived.items())
-    return f"pass ({len(report.kernels)} kernel x target compiled; {specs})"
-
-
 def _editable(args) -> int:
     import os
     import subprocess
 
     from .artifacts import branch as branch_mod
     from .artifacts.editable import editable_install
-    from .report import render_review_line
+    from .report import ampere_summary, render_review_line
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
     review = _require_reviewed(branch, args, "editable")
     branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
-    print(f"ampere gate: {_ampere_summary(_ampere_gate_of(branch, args))}")
+    print(f"ampere gate: {ampere_summary(_ampere_gate_of(branch, args))}")
     print(render_review_line(review))
     branch_mod.require_checked_out(branch, args.repo)
     with _progress(False) as progress:

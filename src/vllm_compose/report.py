@@ -158,6 +158,41 @@ def render_compose(result) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_validate(checked) -> str:
+    """`vllm-compose validate`: the series file and its entries, and which `resolves` the cached diffs checked."""
+    out = [f"{checked.series.file}: {len(checked.series.entries)} entries OK"]
+    if checked.checked:
+        out.append(f"resolves checked against the cached diffs of {', '.join(checked.checked)}")
+    if checked.unchecked:
+        out.append(
+            f"resolves naming {', '.join(checked.unchecked)} not checked: the diff is not in the cache "
+            "(the compose checks them before writing anything)"
+        )
+    return "\n".join(out) + "\n"
+
+
+def ampere_summary(report) -> str:
+    """The Ampere gate in one phrase, for the artifact commands (None: it was skipped)."""
+    if report is None:
+        return "SKIPPED (--no-ampere-gate: nothing shows the DSA kernels compile for sm_80/86)"
+    specs = ", ".join(f"{n} specializations for {t}" for t, n in report.derived.items())
+    return f"pass ({len(report.kernels)} kernel x target compiled; {specs})"
+
+
+def render_wheel(branch, stock: Path, checks, ampere, review: Review, verified: int | None, out: Path) -> str:
+    """`vllm-compose wheel`: what it was built from, the gates it passed, and the wheel's path (last line)."""
+    lines = [
+        f"{branch.branch} ({len(branch.entries)} entries, {len(branch.changed)} changed files) onto {stock.name}",
+        "checks: " + ", ".join(f"{r.name} {r.status}" for r in checks.results),
+        f"ampere gate: {ampere_summary(ampere)}",
+        render_review_line(review),
+    ]
+    if verified is not None:
+        lines.append(f"verified {verified} members against RECORD")
+    lines.append(str(out))
+    return "\n".join(lines) + "\n"
+
+
 def render_apply(result, dry_run: bool = False) -> str:
     """`vllm-compose apply`: one line per hunk with its verdict and landing, then the count per verdict."""
     out = []
