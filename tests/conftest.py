@@ -25,7 +25,7 @@ import pygit2
 import pytest
 import toy_compose
 from pygit2.enums import ConfigLevel
-from release_trees import GIT_ENV, REAL_CACHE_ROOT, release_tree
+from release_trees import GIT_ENV, REAL_CACHE_ROOT, release_tree, stock_wheel
 
 from vllm_compose import index
 from vllm_compose.cache import CACHE_ENV, Cache
@@ -125,6 +125,13 @@ def real_pr_diffs(tmp_path_factory) -> tuple[Path, Path]:
 def release_v0260(tmp_path_factory) -> Path:
     """vLLM 0.26.0 as its PyPI sdist unpacks (setup.py, vllm/, ...), imported once per test session."""
     return release_tree(tmp_path_factory, "v0.26.0")
+
+
+@pytest.fixture(scope="session")
+def stock_wheel_v0260() -> Path:
+    """The real stock vLLM 0.26.0 wheel (`$VLLM_COMPOSE_STOCK_WHEEL`, else the real cache's copy); skips, saying
+    what to set, when there is none (see `release_trees.stock_wheel`)."""
+    return stock_wheel()
 
 
 class _FakeResponse(io.BytesIO):

@@ -4,7 +4,15 @@
 * `REAL_CACHE_ROOT`: the user's (or CI's) real cache, captured at import, before any fixture redirects the cache;
 * real vLLM releases from their PyPI sdists through that cache, imported once per test session: `release_commit`
   (the repository and commit), `release_files` (some files' text), `release_tree` (a folder of the release's files);
-* `release_functions`: functions of a release's source executed alone, to test the release's own code on a CPU.
+* `release_functions`: functions of a release's source executed alone, to test the release's own code on a CPU;
+* artifacts CI cannot have, each from one environment variable (a test without it skips, naming the variable):
+
+  - `VLLM_COMPOSE_TEST_TREES` (`composed_tree`): a folder holding `c-<tag>/` per release, e.g. `c-v0.26.0/`, the
+    files of the compose branch `vllm-compose rebase --onto <tag>` writes. Composing needs the two pinned PR diffs,
+    which come from GitHub only, so CI has no composed tree;
+  - `VLLM_COMPOSE_STOCK_WHEEL` (`stock_wheel`): the stock vLLM 0.26.0 wheel (`vllm-0.26.0-cp38-abi3-manylinux_2_28_
+    x86_64.whl`, about 300 MB from PyPI); without it, the copy in the real cache, if a `vllm-compose wheel` run
+    ever fetched it. The tool's precompiled build reads the same variable (`artifacts/precompiled_hook.py`).
 
 Import it as `from release_trees import ...` (tests/ is on sys.path, as for `toy_compose`).
 """
@@ -109,3 +117,57 @@ def release_functions(source: str, filename: str, names, namespace: dict, in_cla
     fns = [n for n in body if isinstance(n, ast.FunctionDef) and n.name in names]
     exec(compile(ast.Module(fns, []), filename, "exec"), namespace)  # noqa: S102 - the release's own code
     return {f.name: namespace[f.name] for f in fns}
+
+
+# --- artifacts CI cannot have ------------------------------------------------------------------------------------
+
+TEST_TREES_ENV = "VLLM_COMPOSE_TEST_TREES"
+STOCK_WHEEL_ENV = "VLLM_COMPOSE_STOCK_WHEEL"
+STOCK_WHEEL_VERSION = "0.26.0"
+
+
+def composed_tree(tag: str, probe: str) -> Path:
+    """`$VLLM_COMPOSE_TEST_TREES/c-<tag>`, vLLM `tag` composed with series/, checked by a file it must hold (`probe`,
+    relative to the tree). Skips the calling test, saying what to set, when the variable is unset or that release's
+    tree is not there; fails when the variable names no folder (a typo, not a missing artifact)."""
+    how = (
+        f"set {TEST_TREES_ENV} to a folder holding c-{tag}/, the files of the compose branch "
+        f"`vllm-compose rebase --onto {tag}` writes (composing needs the pinned PR diffs, which CI cannot fetch)"
+    )
+    root = os.environ.get(TEST_TREES_ENV)
+    if not root:
+        pytest.skip(f"no composed {tag} tree: {how}")
+    if not Path(root).is_dir():
+        pytest.fail(f"{TEST_TREES_ENV}={root} is not a folder; {how}")
+    tree = Path(root) / f"c-{tag}"
+    if not (tree / probe).is_file():
+        pytest.skip(f"no composed {tag} tree: {tree} has no {probe}; {how}")
+    return tree
+
+
+def find_stock_wheel() -> Path | None:
+    """The stock vLLM 0.26.0 wheel: `$VLLM_COMPOSE_STOCK_WHEEL`, else the one in the real cache (verified, never
+    downloaded here), else None. Fails the calling test when the variable names no file."""
+    from vllm_compose.artifacts.wheel import fetch_stock_wheel
+    from vllm_compose.errors import SourceError
+
+    given = os.environ.get(STOCK_WHEEL_ENV)
+    if given:
+        if not Path(given).is_file():
+            pytest.fail(f"{STOCK_WHEEL_ENV}={given} is not a file (the stock vLLM {STOCK_WHEEL_VERSION} wheel)")
+        return Path(given)
+    try:
+        return fetch_stock_wheel(STOCK_WHEEL_VERSION, Cache(REAL_CACHE_ROOT), offline=True)
+    except SourceError:
+        return None
+
+
+def stock_wheel() -> Path:
+    """`find_stock_wheel`, or a skip of the calling test saying what to set."""
+    found = find_stock_wheel()
+    if found is None:
+        pytest.skip(
+            f"the stock vLLM {STOCK_WHEEL_VERSION} wheel (about 300 MB) is not in the cache {REAL_CACHE_ROOT}: set "
+            f"{STOCK_WHEEL_ENV} to the file (`pip download vllm=={STOCK_WHEEL_VERSION} --no-deps` fetches it)"
+        )
+    return found

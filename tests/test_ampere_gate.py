@@ -1,25 +1,23 @@
 """The Ampere compile gate: recorded Triton kernels compiled for sm_80 / sm_86 on a CPU-only machine.
 
 Synthetic cases use a look-alike vLLM tree written here; the real-data cases compile the records in kernels/ from
-the stock 0.26.0 tree (its PyPI sdist, or VC_STOCK_VLLM_TREE) and the composed tree when it is on this machine
-(skipped otherwise: composing needs the PR diffs, which CI cannot fetch).
+the stock 0.26.0 tree (its PyPI sdist) and the composed tree from $VLLM_COMPOSE_TEST_TREES (skipped without it:
+composing needs the PR diffs, which CI cannot fetch; see release_trees.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from release_trees import composed_tree
 
 triton = pytest.importorskip("triton", reason="the compile gate needs triton (see .ci/run)")
 
 from vllm_compose.validation.kernel_gate import KernelGateError, load_records, run_gate  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
-STOCK_TREE = Path(os.environ.get("VC_STOCK_VLLM_TREE", "/tmp/v0260/vllm-0.26.0"))
-COMPOSED_TREE = Path(os.environ.get("VC_COMPOSED_VLLM_TREE", "/work/vr/c-v0.26.0"))
 
 HELPERS = """\
 from vllm.triton_utils import tl, triton
@@ -145,24 +143,19 @@ def test_recorded_files_separate_the_trees_on_the_fused_indexer_q_kernel():
 
 @pytest.mark.sdist
 def test_stock_0_26_0_fails_the_gate_on_fp8e4nv(release_v0260):
-    # the tree at VC_STOCK_VLLM_TREE when there is one, else the release's files from its PyPI sdist (as in CI)
-    stock = STOCK_TREE if (STOCK_TREE / "vllm" / "model_executor").is_dir() else release_v0260
-    results = run_gate(load_records(KERNELS / "stock-v0.26.0-sm80.json"), stock)
+    results = run_gate(load_records(KERNELS / "stock-v0.26.0-sm80.json"), release_v0260)
     assert results and not any(r.ok for r in results)
     assert all("fp8e4nv not supported in this architecture" in r.error for r in results)
 
 
-@pytest.mark.skipif(
-    not (COMPOSED_TREE / "vllm" / "v1" / "attention" / "ops" / "triton_mla_sparse_kernel.py").is_file(),
-    reason=f"no composed vLLM tree at {COMPOSED_TREE} (set VC_COMPOSED_VLLM_TREE)",
-)
 def test_composed_sparse_attention_kernels_pass_the_gate():
     # the sparse-attention and indexer kernels: the Ampere-specific part of the record (the full record is
     # compiled by `python kernels/gate.py`, about 30 s with a warm Triton cache, minutes without)
     wanted = ("triton_mla_sparse_kernel", "mqa_logits_triton", "sparse_utils", "backends.mla.indexer")
+    tree = composed_tree("v0.26.0", "vllm/v1/attention/ops/triton_mla_sparse_kernel.py")
     records = [k for k in load_records(KERNELS / "composed-v0.26.0-sm80.json") if k["module"].endswith(wanted)]
     assert records
-    results = run_gate(records, COMPOSED_TREE)
+    results = run_gate(records, tree)
     assert [r for r in results if not r.ok] == []
 
 

@@ -165,21 +165,12 @@ def test_dockerfile_lints_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-REAL_WHEEL = Path(
-    os.environ.get("VLLM_COMPOSE_STOCK_WHEEL", "/tmp/wcache/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl")
-)
-REAL_SOURCES = Path(os.environ.get("VLLM_COMPOSE_SOURCES", "/tmp/sources"))
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (REAL_WHEEL.is_file() and (REAL_SOURCES / "pr46994-vllm-only.diff").is_file()),
-    reason="real vLLM 0.26.0 wheel or the pinned PR diffs not on disk",
-)
-def test_real_wheel_site_packages(tmp_path) -> None:
-    """The real series onto the real 0.26.0 wheel's Python files, unpacked as site-packages."""
+def test_real_wheel_site_packages(tmp_path, stock_wheel_v0260: Path, real_pr_diffs: tuple[Path, Path]) -> None:
+    """The real series onto the real 0.26.0 wheel's Python files, unpacked as site-packages (the wheel from
+    $VLLM_COMPOSE_STOCK_WHEEL or the cache, the pinned PR diffs from the cache; skipped, saying so, without them)."""
     site = tmp_path / "site-packages"
-    with zipfile.ZipFile(REAL_WHEEL) as zf:
+    with zipfile.ZipFile(stock_wheel_v0260) as zf:
         for info in zf.infolist():
             if not info.filename.endswith(".so"):
                 zf.extract(info, site)
@@ -192,7 +183,7 @@ def test_real_wheel_site_packages(tmp_path) -> None:
             "--series",
             str(ROOT / "series"),
             "--sources",
-            str(REAL_SOURCES),
+            str(real_pr_diffs[0].parent),
             "--offline",
             "--no-import-smoke",
             "--json",

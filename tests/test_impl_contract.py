@@ -8,11 +8,10 @@ FlashMLA's sparse impl inherits it. That gap is what the composed v0.33.0's firs
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
 import pytest
-from release_trees import release_tree
+from release_trees import composed_tree, release_tree
 
 from vllm_compose.trees import DirTree
 from vllm_compose.validation.dsa_path import _find_class, _source
@@ -116,14 +115,9 @@ def test_v0_33_0_calls_a_method_the_xpu_sparse_impl_lacks_and_flashmla_sparse_in
     assert members["record_logical_topk_ready"].endswith(":SparseMLACommonImpl")
 
 
-COMPOSED = Path(os.environ.get("VC_COMPOSED_TREES", "/work/vr"))
-
-
 @pytest.mark.parametrize("tag", ["v0.26.0", "v0.29.0", "v0.30.0", "v0.33.0"])
 def test_every_composed_impl_answers_what_the_path_calls_unconditionally(tag):
-    tree = COMPOSED / f"c-{tag}"
-    if not (tree / "vllm" / "v1" / "attention" / "backends" / "mla" / "triton_mla_sparse.py").is_file():
-        pytest.skip(f"no composed {tag} tree at {tree} (composing needs the PR diffs; set VC_COMPOSED_TREES)")
+    tree = composed_tree(tag, "vllm/v1/attention/backends/mla/triton_mla_sparse.py")
     (contract,) = impl_contracts(DirTree(tree))
     assert contract.backend == "TRITON_MLA_SPARSE" and contract.impl.endswith(":TritonMLASparseImpl")
     assert contract.missing == [] and contract.unresolved_bases == []

@@ -2,8 +2,9 @@
 
 Synthetic cases use a look-alike vLLM tree written here: a wrapper whose constexpr the release's platform probe
 chooses, a kernel an sm_89 gate keeps off Ampere, an autotuned kernel. The real-release cases drive the releases'
-own code: stock trees from their PyPI sdists (cached, marked `sdist`), composed trees from /work/vr/c-vX.Y.Z when
-present (composing needs the PR diffs, which CI cannot fetch: skipped there, saying so).
+own code: stock trees from their PyPI sdists (cached, marked `sdist`), composed trees from
+$VLLM_COMPOSE_TEST_TREES/c-vX.Y.Z (composing needs the PR diffs, which CI cannot fetch: skipped there, saying what
+to set; see release_trees.py).
 
 Composed v0.29.0+ pass because the series carries `deepseek_v32/common/e4m3.py` (0025) and its use in the fused
 kernels (0026/0027), and every compose because 0030 packs the indexer's ragged-decode fp8 Q as uint8; without them
@@ -11,15 +12,14 @@ stock fails on exactly those kernels. Those entries need no PR diff, so CI appli
 and gates the result.
 
 Gate wall time (`vllm-compose ampere-gate`, both targets, 16-core CPU, Triton 3.6.0), measured 2026-12-01: composed
-v0.26.0 74 s with an empty Triton cache, 7.7 s warm; compose branch v0.30.0 from /work/vr/repo 19 s (cache warm
-from v0.26.0's shared kernels) and 14 s warm, the branch export included; stock sdist trees 4-12 s (the fp8e4nv
-failure comes early). The derivation alone takes 2-8 s per capability.
+v0.26.0 74 s with an empty Triton cache, 7.7 s warm; compose branch v0.30.0 from a compose repository 19 s (cache
+warm from v0.26.0's shared kernels) and 14 s warm, the branch export included; stock sdist trees 4-12 s (the
+fp8e4nv failure comes early). The derivation alone takes 2-8 s per capability.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -28,7 +28,7 @@ import pytest
 triton = pytest.importorskip("triton", reason="the gate needs triton (see .ci/run)")
 torch = pytest.importorskip("torch", reason="deriving launches runs the release's wrappers on CPU tensors")
 
-from release_trees import release_tree  # noqa: E402
+from release_trees import composed_tree, release_tree  # noqa: E402
 
 from vllm_compose import cli  # noqa: E402
 from vllm_compose.validation.ampere_gate import gate_tree, recorded_coverage, render  # noqa: E402
@@ -45,7 +45,6 @@ from vllm_compose.validation.kernel_launches import (  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 SERIES_PATCHES = Path(__file__).resolve().parent.parent / "series" / "patches"
-COMPOSED = Path(os.environ.get("VC_COMPOSED_TREES", "/work/vr"))
 
 REGISTRY = """\
 _MODELS = {
@@ -276,10 +275,7 @@ def test_stock_0_29_on_fails_on_the_deepseek_v32_fused_kernels_and_the_ragged_de
 
 
 def _composed(tag: str) -> Path:
-    tree = COMPOSED / f"c-{tag}"
-    if not (tree / "vllm" / "v1" / "attention" / "ops" / "triton_mla_sparse_kernel.py").is_file():
-        pytest.skip(f"no composed {tag} tree at {tree} (composing needs the PR diffs; set VC_COMPOSED_TREES)")
-    return tree
+    return composed_tree(tag, "vllm/v1/attention/ops/triton_mla_sparse_kernel.py")
 
 
 def test_composed_0_26_0_passes_and_covers_the_recorded_dsa_path_kernels():

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from release_trees import find_stock_wheel
 from toy_vllm import record_hash
 from toy_wheel import OLD_INFO, SOURCE_FILES, STOCK_NAME, VERSION_PY, make_stock_wheel
 
@@ -400,19 +401,16 @@ def test_fetch_refuses_a_wheel_without_a_digest(tmp_path: Path, cache: Cache, fa
     assert fake_http.requests == [INDEX + "vllm/"]
 
 
-# --- the real stock wheel (measurement; skipped unless cached) --------------------------------------------------
-
-REAL_WHEEL = Path(os.environ.get("VLLM_COMPOSE_STOCK_WHEEL", "/tmp/wcache/" + STOCK_NAME))
+# --- the real stock wheel (measurement; skipped unless $VLLM_COMPOSE_STOCK_WHEEL or the cache has it) -----------
 
 
 @pytest.mark.sdist
 @pytest.mark.slow
-@pytest.mark.skipif(not REAL_WHEEL.is_file(), reason=f"real vLLM 0.26.0 wheel not at {REAL_WHEEL}")
-def test_real_wheel_overlay(tmp_path: Path, release_v0260: Path) -> None:
+def test_real_wheel_overlay(tmp_path: Path, release_v0260: Path, stock_wheel_v0260: Path) -> None:
     base = DirTree(release_v0260)
     changed = ["vllm/platforms/cuda.py", "vllm/model_executor/models/registry.py"]
     composed = OverlayTree(base, {p: base.read(p) + b"\n# composed\n" for p in changed})
-    out = build_overlay_wheel(REAL_WHEEL, composed, changed, LABEL, tmp_path)
+    out = build_overlay_wheel(stock_wheel_v0260, composed, changed, LABEL, tmp_path)
     assert out.name == NEW_NAME
     with zipfile.ZipFile(out) as zf:
         assert zf.read("vllm/platforms/cuda.py").endswith(b"# composed\n")
@@ -486,7 +484,7 @@ def test_editable_install_refuses_bad_input(tmp_path: Path) -> None:
 
 @pytest.mark.sdist
 def test_editable_install_on_real_sdist_is_labelled(tmp_path: Path, release_v0260: Path) -> None:
-    stock = REAL_WHEEL if REAL_WHEEL.is_file() else make_stock_wheel(tmp_path / "stock")
+    stock = find_stock_wheel() or make_stock_wheel(tmp_path / "stock")  # the real wheel when there is one
     plan = editable_install(release_v0260, stock, LABEL)
     assert plan.version_labelled, plan.honoured
     assert "VLLM_USE_PRECOMPILED" in plan.honoured and "VLLM_PRECOMPILED_WHEEL_LOCATION" in plan.honoured
