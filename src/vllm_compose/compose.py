@@ -87,6 +87,10 @@ class ComposeOptions:
     build_setup: bool = True
     #: write the branch ref (off for `vllm-compose review`, which reads a compose without publishing it)
     publish: bool = True
+    #: a survey (benchmarks/release_arrival.py): an entry that would stop the run is committed with the hunks that
+    #: could be placed and the run goes on, so every hunk of the series gets a verdict; the run then ends as a
+    #: conflict and writes no ref
+    go_past_stops: bool = False
     #: write the branch although a fix outside its `written_for` landed unreviewed (recorded in the report and as
     #: a `Review-Override:` trailer of the fix's commit)
     allow_unreviewed: bool = False
@@ -141,6 +145,8 @@ class Composer:
         self.committed: list[_Committed] = []
         #: the entry that stopped the run (conflict, partly upstream); None while the run goes on
         self.stopped: EntryReplay | None = None
+        #: with `go_past_stops`: the entries that would have stopped the run
+        self.passed: list[EntryReplay] = []
         #: what the run reports; built by `_start`, completed by every stage
         self.result: ComposeResult | None = None
 
@@ -157,6 +163,8 @@ class Composer:
         refusals = self._audit_entries()
         refusals += self._check_composed_tree()
         refusals += self._review_landings()
+        if self.passed:
+            return self._surveyed(refusals)
         if refusals:
             return self._refuse(refusals)
         if not self.options.publish:
@@ -170,7 +178,7 @@ class Composer:
         """Forget any earlier run of this composer."""
         self.tag = tag
         self.series = self.repo = self.base = self.head = self.stopped = self.result = None
-        self.patches, self.carried, self.committed, self.approvals = {}, {}, [], []
+        self.patches, self.carried, self.committed, self.approvals, self.passed = {}, {}, [], [], []
 
     def _preflight(self) -> None:
         """Refuse a misspelt tag, a bad series, a release no PR entry applies to, a compose in progress and a dirty
@@ -240,8 +248,10 @@ class Composer:
             step = replay_entry(self.repo, self.head, entry, self.patches[entry.id], self.carried, self.tag)
             self.result.entries.append(step.outcome)
             if step.outcome.status in STOPPING:
-                self.stopped = step
-                continue
+                if not self.options.go_past_stops:
+                    self.stopped = step
+                    continue
+                self.passed.append(step)  # a survey: commit what could be placed and go on
             if step.outcome.status is EntryStatus.DROPPED_UPSTREAM:
                 continue
             step.outcome.review_override = self._override_of(step)
@@ -382,6 +392,14 @@ class Composer:
         except RefusedError as exc:
             return [f"{exc.message} (read them with `vllm-compose review --onto {self.tag}`)"]
         return []
+
+    def _surveyed(self, refusals: list[str]) -> ComposeResult:
+        """A survey went past entries that would have stopped the run: report them; no ref is written."""
+        result = self.result
+        result.status = ComposeStatus.CONFLICT
+        stops = "; ".join(f"{s.entry.id}: {s.outcome.reason}" for s in self.passed)
+        result.message = f"went past {len(self.passed)} stops ({stops})" + "".join(f" | {r}" for r in refusals)
+        return result
 
     def _refuse(self, refusals: list[str]) -> ComposeResult:
         result = self.result

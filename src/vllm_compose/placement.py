@@ -1879,7 +1879,8 @@ def place_file(file_patch: FilePatch, target_text: str | None, path: str | None 
             )
             lines.extend(h.added)
         final_nl = not (hunks and hunks[-1].new_no_newline)
-        return FilePlacement(file_patch, placements, join_lines(lines, final_nl) if hunks else "")
+        spans = {p.hunk.index: (p.start + 1, p.start + len(p.replacement)) for p in placements}
+        return FilePlacement(file_patch, placements, join_lines(lines, final_nl) if hunks else "", spans=spans)
     if target_text is None:
         if file_patch.is_delete:
             return FilePlacement(

@@ -100,10 +100,12 @@ def _place_entry(
             ho = HunkOutcome(
                 fp.path, h.index, pl.verdict, pl.landing_line, scope, pl.evidence, resolved_by=carrier[h.index]
             )
+            ho.span = fpl.spans.get(h.index) if not carrier[h.index] else None
             if pl.verdict is Verdict.CONFLICT and not ho.resolved_by:
                 open_conflicts.append((fp.path, h.index, pl.evidence))
             outcome.hunks.append(ho)
-        outcome.landings += landings_of_file(entry.id, fp.path, fpl, target_lines)
+        outside = entry.kind == "local" and not entry.written_for_tag(tag)
+        outcome.landings += landings_of_file(entry.id, fp.path, fpl, target_lines, outside)
         if not own.hunks and not (fp.is_new or fp.is_delete or fp.is_rename):
             continue
         if fpl.new_text is not None or fp.is_delete:

@@ -119,6 +119,9 @@ class HunkOutcome:
     evidence: str = ""
     #: a later series entry that carries this (conflicting) hunk in its own form
     resolved_by: str | None = None
+    #: 1-based (first, last) line of what the hunk wrote in the entry commit's file (last = first - 1: it only
+    #: removed); None when it wrote nothing there (conflict, carried, already applied, 3-way merge)
+    span: tuple[int, int] | None = None
 
     def to_json(self) -> dict:
         d = {"file": self.file, "hunk": self.hunk, "verdict": str(self.verdict), "landing_line": self.landing_line}
