@@ -345,3 +345,134 @@ def test_merged_import_name_is_found_and_confirmed() -> None:
     report = audit(_one_file(stock), _one_file(patched), [parse_patch(diff.encode(), "d.diff")])
     [h] = report.hunks
     assert h.verdict is AuditVerdict.FUZZY and h.landed_at == 2, h.reason
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The element a hunk inserts after, removed by the release outright (the engine's must-reject drift cases)
+
+
+@needs_gnu_patch
+def test_insertion_after_an_element_the_release_removed_is_misplaced_with_no_site(tmp_path: Path) -> None:
+    """kwarg-after-kwarg-the-release-removed: the release dropped `w_gidx_param_name=` and every mention of it;
+    fuzz 3, as the engine does, puts the new argument after `w_zp_param_name=`. The anchors alone would confirm
+    that (two siblings before, the call's end); the missing anchor is named and no other site is offered."""
+    folder = CASES / "kwarg-after-kwarg-the-release-removed"
+    patched, patches = patched_copy(folder, tmp_path)
+    report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.MISPLACED and h.expected_at is None and h.landed_at == 17
+    assert "after `w_gidx_param_name=`, which the file no longer has" in h.reason
+    assert "nothing in it names `w_gidx_param_name`" in h.reason
+    assert "expected: (nowhere)" in render_text(report)
+
+
+@needs_gnu_patch
+def test_insertion_after_an_argument_the_release_never_passed_here_passes(tmp_path: Path) -> None:
+    """kwarg-after-argument-the-release-never-had, the shape of pr46994 speculator.py #4 on v0.26.0: the hunk shows
+    `batch.upper_bound` as the call's last argument, the release's call lacks it but the release uses
+    `batch.upper_bound` elsewhere in the file; the keyword argument merged at the call's end is right."""
+    folder = CASES / "kwarg-after-argument-the-release-never-had"
+    patched, patches = patched_copy(folder, tmp_path)
+    report = audit(DirTree(folder / "stock"), DirTree(patched), patches)
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.FUZZY, h.reason
+    assert report.ok
+
+
+_ALL_STOCK = """\
+from .ops import build_indices, fused_norm, quantize, save_states
+
+__all__ = [
+    "build_indices",
+    "fused_norm",
+    "quantize",
+    "save_states",
+]
+"""
+
+_ALL_PATCH = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -4,6 +4,7 @@ __all__ = [
+     "build_indices",
+     "fused_norm",
+     "fused_rope",
++    "fused_mtp",
+     "quantize",
+     "save_states",
+ ]
+"""
+
+
+def test_element_inserted_after_one_the_release_removed_from_the_file_is_misplaced() -> None:
+    """The drift benchmark's 0.28.0#139 in small: `fused_rope` is gone from `__all__` and from the import, and the
+    new name went between `fused_norm` and `quantize`. Siblings on both sides fit; the anchor is nowhere."""
+    patched = _ALL_STOCK.replace('    "quantize",\n', '    "fused_mtp",\n    "quantize",\n')
+    report = audit(_one_file(_ALL_STOCK), _one_file(patched), [parse_patch(_ALL_PATCH.encode(), "fix.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.MISPLACED and h.expected_at is None, h.reason
+    assert '`"fused_rope"`' in h.reason and "nothing in it names `fused_rope`" in h.reason
+
+
+def test_element_after_one_the_file_still_names_passes() -> None:
+    """The same landing where the release still imports `fused_rope` (only `__all__` lost it): no alarm."""
+    stock = _ALL_STOCK.replace("fused_norm, quantize", "fused_norm, fused_rope, quantize")
+    patched = stock.replace('    "quantize",\n', '    "fused_mtp",\n    "quantize",\n')
+    report = audit(_one_file(stock), _one_file(patched), [parse_patch(_ALL_PATCH.encode(), "fix.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.FUZZY, h.reason
+
+
+def test_element_after_one_that_other_patches_add_and_remove_passes() -> None:
+    """A name another patch of the audited sequence adds or removes is not gone: an earlier patch adds
+    `fused_rope`, the hunk inserts after it, a later fix takes `fused_rope` out again. Neither stock nor the result
+    names it; the patches do."""
+    earlier = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -4,5 +4,6 @@ __all__ = [
+     "build_indices",
+     "fused_norm",
++    "fused_rope",
+     "quantize",
+     "save_states",
+ ]
+"""
+    later = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -5,4 +5,3 @@ __all__ = [
+     "fused_norm",
+-    "fused_rope",
+     "fused_mtp",
+     "quantize",
+"""
+    patched = _ALL_STOCK.replace('    "quantize",\n', '    "fused_mtp",\n    "quantize",\n')
+    patches = [parse_patch(d.encode(), n) for d, n in ((earlier, "0.diff"), (_ALL_PATCH, "1.diff"), (later, "2.diff"))]
+    report = audit(_one_file(_ALL_STOCK), _one_file(patched), patches)
+    [h] = [h for h in report.hunks if h.patch == "1.diff"]
+    assert h.verdict is not AuditVerdict.MISPLACED, h.reason
+
+
+def test_import_after_an_import_the_release_dropped_passes() -> None:
+    """pr46994 speculator.py #1 on v0.28.0: the hunk adds `from vllm.sequence import ...` after `from
+    vllm.multimodal import ...`, which the release dropped; an import statement stands alone among the imports,
+    and where it goes among them means nothing."""
+    diff = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -2,4 +2,5 @@
+ from vllm.logger import init_logger
+ from vllm.multimodal import MULTIMODAL_REGISTRY
++from vllm.sequence import IntermediateTensors
+ from vllm.triton_utils import tl, triton
+ from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
+"""
+    stock = (
+        "import torch\nfrom vllm.logger import init_logger\nfrom vllm.triton_utils import tl, triton\n"
+        "from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer\n"
+    )
+    patched = stock.replace("from vllm.triton", "from vllm.sequence import IntermediateTensors\nfrom vllm.triton")
+    report = audit(_one_file(stock), _one_file(patched), [parse_patch(diff.encode(), "d.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.FUZZY, h.reason

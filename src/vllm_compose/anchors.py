@@ -32,12 +32,16 @@ description computed on the whole patched file at the change's line. `judge` the
 - **unconfirmed** otherwise.
 
 An anchor the file no longer has is no evidence either way: the target may have renamed or deleted it. Only an
-anchor found *elsewhere* contradicts.
+anchor found *elsewhere* contradicts, with one exception (`vanished_anchor`, which the audit asks of an insertion
+the anchors confirm): the element the hunk inserts after, when nothing in the file names it any more, was removed
+by the release outright, and the insertion has no site at all.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from parso.python.tokenize import tokenize
@@ -379,7 +383,7 @@ def _key(toks: list) -> str | None:
         if first.string in ("from", "import"):
             mod = []
             for t in toks[1:]:
-                if t.string == "import" or t.string == ",":
+                if t.string in ("import", ",", "as"):
                     break
                 mod.append(t.string)
             return f"{first.string} {''.join(mod)}"
@@ -780,3 +784,72 @@ def fit(anchor: Anchor, o: Outline, at: int, span: int = 0) -> tuple[int, int] |
     if _contradiction(anchor, o, spot, at, span) is not None:
         return None
     return _score(anchor, o, spot)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# An anchor the release removed outright
+
+#: statements that stand alone among their peers: their order carries no meaning
+_PEER_STATEMENTS = ("from ", "import ", "def ", "class ", "@")
+_NAMED_KEY = re.compile(r"[@*]*\.*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:[-+*/%&|^@<>]*=|:|\(|\[|\{)?")
+_STRING_KEY = re.compile(r"[rbuRBU]{0,2}(['\"])([^'\"\\\n]+)\1")
+
+
+def identity_name(key: str) -> str | None:
+    """The name a sibling (a line's key) is known by anywhere in a file, or None when it has none to look for.
+
+    `x` for a keyword argument or assignment `x=`, a parameter `x:` or a call statement `x(`; the last part of a
+    dotted name (`propose` for `self.propose(`: the object may be reached another way); the whole module of
+    `from m` / `import m` (its last part, `protocol`, names many modules); the name of `def f`, `class C`,
+    `@deco`, `*rest`; the text of a string element (`"name"` in `__all__`). Comments, block headers, bare
+    statements and other expressions have no such name."""
+    if not _distinctive(key):
+        return None
+    head, _, rest = key.partition(" ")
+    if rest:
+        if head not in ("def", "class", "from", "import"):
+            return None  # a block header: `if cond`, `for x`
+        m = _NAMED_KEY.fullmatch(rest)
+        if m is None:
+            return None
+        return m.group(1) if head in ("from", "import") else m.group(1).rsplit(".", 1)[-1]
+    s = _STRING_KEY.fullmatch(key)
+    if s is not None:
+        text = s.group(2).strip()
+        return text if sum(c.isalnum() for c in text) >= 3 else None
+    m = _NAMED_KEY.fullmatch(key)
+    if m is None:
+        return None
+    return m.group(1).rsplit(".", 1)[-1]
+
+
+def vanished_anchor(anchor: Anchor, context: Collection[int], texts: Iterable[str]) -> tuple[str, str] | None:
+    """The element the change is inserted after, when the release removed it outright: (its key, its name).
+
+    That element is the nearest sibling the hunk shows before the change, as a context line (`context`: the
+    fragment's context rows). It is gone when no text of `texts` (the whole stock file, and every line the other
+    hunks of the audited patches add or remove there) names it, by `identity_name`, even in a comment or a
+    string. Then there is no site to insert after: wherever the change landed, it is next to something else.
+
+    Only the parts of one construct count: the arguments of a call, the parameters of a def, the elements of a
+    display or of one import, the statements of a block. An import statement, a def or a class the release
+    dropped next to the hunk's is another construct, independent of the one the hunk adds, and where that one
+    goes among its peers means nothing (pr46994's `from vllm.sequence import IntermediateTensors`, shown after
+    `from vllm.multimodal import ...`, which v0.28.0 dropped from speculator.py).
+
+    An element that is only absent from the landing's container, or whose name the file still uses elsewhere
+    (the patch's base had an argument the release never added, but the release passes that value around), says
+    nothing: None. So does a nearest sibling that is a comment, an added line or a block header."""
+    before = anchor.spot.before
+    if not before:
+        return None
+    row, key = before[-1]
+    if row not in context or key.startswith(_PEER_STATEMENTS):
+        return None
+    name = identity_name(key)
+    if name is None:
+        return None
+    word = re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+    if any(word.search(text) for text in texts):
+        return None
+    return key, name

@@ -20,7 +20,9 @@ Where the first group sits, in stock line numbers, is the hunk's *landing*.
   module), the siblings it shows by identity, the def/class it shows or names in its section — compared with what
   the patched file has at the landing and at every other site those anchors point at. A landing whose text differs
   is `fuzzy` only when the anchors confirm it; contradicted, or confirmed nowhere, it is `misplaced`, and where
-  another site fits the anchors better that site is reported as where it belongs.
+  another site fits the anchors better that site is reported as where it belongs. An insertion the anchors confirm
+  is still `misplaced`, with no site to offer, when the element it is inserted after is named nowhere in the
+  stock file nor in the other hunks' lines (`anchors.vanished_anchor`): the release removed it outright.
 
 Verdicts: `exact`, `offset`, `fuzzy`, `already-applied` (stock already had it), and the bad ones: `misplaced`,
 `failed` (not present in the patched file), `ambiguous` (the anchors fit another site as well as the landing).
@@ -118,6 +120,9 @@ class _FileState:
     shifts: list[tuple[int, int]] = field(default_factory=list)
     #: the same for the patch being audited, moved to `shifts` when it is done
     pending: list[tuple[int, int]] = field(default_factory=list)
+    #: the lines each hunk of the audited patches adds to or removes from this file (a name they use is not gone)
+    changed: list[tuple[Hunk, list[str]]] = field(default_factory=list)
+    _stock_text: str | None = None
     _patched_outline: anchors.Outline | None = None
     _stock_outline: anchors.Outline | None = None
     _patched_at: list[int] | None = None
@@ -136,6 +141,13 @@ class _FileState:
         if self._stock_outline is None:
             self._stock_outline = anchors.outline(self.stock)
         return self._stock_outline
+
+    def texts_besides(self, hunk: Hunk) -> list[str]:
+        """The stock file, and every line the other hunks of the audited patches add or remove, as strings: all
+        that can name an element of the file, but for what `hunk` itself writes."""
+        if self._stock_text is None:
+            self._stock_text = "\n".join(self.stock)
+        return [self._stock_text, "\n".join(line for h, lines in self.changed if h is not hunk for line in lines)]
 
     def stock_index(self) -> dict[str, list[int]]:
         """Stock line -> its positions."""
@@ -202,6 +214,12 @@ def audit(stock: FileTree, patched: FileTree, patches: list[Patch]) -> AuditRepo
                 line for h in fp.hunks for line in h.added
             )
     still_all = {path: Counter(c) for path, c in still.items()}
+    changed: dict[str, list[tuple[Hunk, list[str]]]] = {}
+    for patch in patches:
+        for fp in patch.files:
+            changed.setdefault(fp.new_path or fp.old_path or "?", []).extend(
+                (h, [text for op, text in h.lines if op != " "]) for h in fp.hunks
+            )
     for n, patch in enumerate(patches):
         for fp in patch.files:
             path = fp.new_path or fp.old_path or "?"
@@ -231,6 +249,7 @@ def audit(stock: FileTree, patched: FileTree, patches: list[Patch]) -> AuditRepo
                 Alignment(s_lines, p_lines),
                 removed_later=removed_by.get(path, Counter()),
                 added_later=Counter(still_all.get(path, Counter())),
+                changed=changed.get(path, []),
             )
         return states[path]
 
@@ -610,11 +629,34 @@ def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Ju
                 (anchors.Judgement(anchors.Fit.CONFIRMED, "the lines it replaces are there, and only there"), v)
             )
         else:
-            judged.append((anchors.judge(v.anchor, v.outline, v.at, v.span), v))
+            j = anchors.judge(v.anchor, v.outline, v.at, v.span)
+            if j.status is anchors.Fit.CONFIRMED and not g.removed:
+                j = _gone_anchor(hunk, state, g, v) or j
+            judged.append((j, v))
     for j, v in judged:
         if j.status is not anchors.Fit.CONFIRMED:
             return j, v
     return judged[0]
+
+
+def _gone_anchor(hunk: Hunk, state: _FileState, g: ChangeGroup, v: _GroupView) -> anchors.Judgement | None:
+    """An insertion whose anchor, the element the hunk inserts it after, the release removed outright (nothing in
+    the file names it any more): misplaced wherever it landed, with no site to offer."""
+    context, post = set(), 0
+    for op, _text in hunk.lines:
+        if op == " ":
+            context.add(post)
+        if op != "-":
+            post += 1
+    gone = anchors.vanished_anchor(v.anchor, context, state.texts_besides(hunk))
+    if gone is None:
+        return None
+    key, name = gone
+    return anchors.Judgement(
+        anchors.Fit.CONTRADICTED,
+        f"the hunk inserts it after `{key}`, which the file no longer has: nothing in it names `{name}`, so there is "
+        "no site to insert it after",
+    )
 
 
 def _twins_fit(hunk: Hunk, state: _FileState, view: _GroupView | None, twins: list[int], landed: int) -> list[int]:
