@@ -104,8 +104,7 @@ def _place_entry(
             if pl.verdict is Verdict.CONFLICT and not ho.resolved_by:
                 open_conflicts.append((fp.path, h.index, pl.evidence))
             outcome.hunks.append(ho)
-        outside = entry.kind == "local" and not entry.written_for_tag(tag)
-        outcome.landings += landings_of_file(entry.id, fp.path, fpl, target_lines, outside)
+        outcome.landings += landings_of_file(entry.id, fp.path, fpl, target_lines)
         if not own.hunks and not (fp.is_new or fp.is_delete or fp.is_rename):
             continue
         if fpl.new_text is not None or fp.is_delete:

@@ -1,7 +1,6 @@
 """The review of a compose: the landings a person must look at, and the approvals recorded for them in the series.
 
-A hunk the engine placed where its context did not match verbatim (verdict `relocated` or `merged`), or, for a
-fix applied outside the releases it was written for, anywhere but at its own line numbers (`offset` too), is a
+A hunk the engine placed where its context did not match verbatim (verdict `relocated` or `merged`) is a
 *landing*: the text alone does not prove it, the engine's judgement does, and the audit agreed. Each landing gets
 a digest over what it changed and where: the entry, the file, the hunk's own lines, the target lines it replaced
 with `DIGEST_CONTEXT` lines around them, and the lines it wrote. The digest holds content only, never line numbers,
@@ -24,8 +23,8 @@ Approvals live in `series/reviews.toml`, one `[[approval]]` per landing and rele
 An approval covers exactly one landing digest on one release: a later compose that lands the hunk differently is
 unreviewed again. The policy (`unreviewed`, `stops`):
 - `rebase` warns about unreviewed landings, and stops (exit 2, nothing written) where a local fix applies outside
-  the releases it was written for (its `written_for`, default its `tags`) and one of its hunks did not land exact:
-  a widened range is a guess until a person has looked;
+  the releases it was written for (its `written_for`, default its `tags`) and one of its hunks did not land exact or
+  offset: a widened range is a guess until a person has looked;
 - `wheel`, `editable` and `image-overlay` refuse any unreviewed landing.
 `--allow-unreviewed` overrides either, and the override is recorded: in the report and its JSON, for `rebase` also
 as a `Review-Override:` trailer of the fix's commit (the image's `--json` report is kept in the image as
@@ -95,17 +94,11 @@ class Landing:
         }
 
 
-def landings_of_file(
-    entry: str, path: str, placed: FilePlacement, target: list[str], outside_written_for: bool = False
-) -> list[Landing]:
-    """The landings among one file's placements; `target` is the file's lines before the entry (no line ends).
-    For a fix applied outside its `written_for`, an offset landing is one too: the release moved the code the fix
-    was written against, and release_arrival.py measured offset landings of widened fixes that the reviewed
-    composes did not keep (v0.29.0's arrival)."""
-    verdicts = REVIEW_VERDICTS | {Verdict.OFFSET} if outside_written_for else REVIEW_VERDICTS
+def landings_of_file(entry: str, path: str, placed: FilePlacement, target: list[str]) -> list[Landing]:
+    """The landings among one file's placements; `target` is the file's lines before the entry (no line ends)."""
     out = []
     for pl in placed.placements:
-        if pl.verdict not in verdicts or pl.replacement is None or pl.hunk.index not in placed.spans:
+        if pl.verdict not in REVIEW_VERDICTS or pl.replacement is None or pl.hunk.index not in placed.spans:
             continue
         first, last = placed.spans[pl.hunk.index]
         digest = landing_digest(entry, path, pl.hunk, target, pl.start, pl.end, pl.replacement)
@@ -268,7 +261,7 @@ def record_approvals(series_dir: Path, tag: str, landings: list[Landing], by: st
 
 
 _HEADER = (
-    "# Approved landings: hunks that did not land where their text proves them, approved per release, by whom, why.\n"
+    "# Approved landings: hunks that did not land exact or offset, approved for one release, by whom and why.\n"
     "# Written by `vllm-compose review --approve`; docs/review.md says what an approval covers.\n"
 )
 

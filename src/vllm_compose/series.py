@@ -166,7 +166,7 @@ class Entry:
     #: ids of earlier entries this one only makes sense with: where one of them is not applied, neither is this
     requires: tuple[str, ...] = ()
     #: local entries: PEP 440 specifier of the releases the fix was written and reviewed for; None: its `tags`.
-    #: Widening `tags` past it is allowed, but there a hunk that does not land exact stops the compose
+    #: Widening `tags` past it is allowed, but there a hunk that does not land exact or offset stops the compose
     #: for review (`review`)
     written_for: str | None = None
 
