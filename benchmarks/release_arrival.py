@@ -450,10 +450,10 @@ def render(rows: list[dict]) -> str:
         "per release as the module docstring says). Per tool: hunks carried correctly / false conflicts / right "
         "refusals / wrong but named for a person / **silent errors**.",
         "",
-        "| release | its fixes, removed (when written) | widened | stops until composed | "
+        "| release | its fixes, removed (when written) | widened | stops until composed | review-stop landings approved | "
         + " | ".join(f"`{t}`" for t in tools)
         + " |",
-        "|---|---|---|---|" + "---|" * len(tools),
+        "|---|---|---|---|---|" + "---|" * len(tools),
     ]
     for r in rows:
         own = [f"{i} ({when.split()[-1]})" for i, when, first in r["removed"] if first == r["tag"]]
@@ -462,7 +462,10 @@ def render(rows: list[dict]) -> str:
         cells = [" / ".join(str(r[t]["counts"][c]) for c in CLASSES) for t in tools]
         loop = r["vllm-compose"]
         stops = f"{len(loop['stops'])}" + ("" if loop["exit"] == 0 else f" (then exit {loop['exit']})")
-        out.append(f"| {r['tag']} | {removed} | {len(r['widened'])} | {stops} | " + " | ".join(cells) + " |")
+        approved = sum(x.get("approved", 0) for x in loop["stops"])
+        out.append(
+            f"| {r['tag']} | {removed} | {len(r['widened'])} | {stops} | {approved} | " + " | ".join(cells) + " |"
+        )
     total = {t: {c: sum(r[t]["counts"][c] for r in rows) for c in CLASSES} for t in tools}
     out += ["", "Totals: " + "; ".join(f"`{t}` " + " / ".join(str(total[t][c]) for c in CLASSES) for t in tools) + "."]
     silent = [(r["tag"], w) for r in rows for w in r["vllm-compose"]["wrong"] if w.endswith("silent error)")]
