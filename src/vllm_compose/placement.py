@@ -73,6 +73,13 @@ Import-only hunks
     ``from m import`` statement for the same module if it has one, else into its import block; in the target's
     order (sorted, when its names or statements are), else after the statement the hunk follows (`_place_imports`).
 
+Signature-only hunks
+    A hunk whose one change adds a parameter to a def's signature (one line rewritten: ``def f(a) -> T:`` ->
+    ``def f(a, b=None) -> T:``) and that its context cannot place (the target re-flowed the signature, changed its
+    annotations or the body around it) goes into the signature of the only def of that name at the same level,
+    inside the classes the hunk shows, right after the same parameter, under `_commute`'s order rules
+    (`_place_signature`).
+
 Restructured containers
     A site whose container the target spliced into another one (``*name``), or where the target put a splice among
     the elements the hunk shows, is refused unless the hunk shows that container's own opening line: a hunk is never
@@ -1270,6 +1277,9 @@ def _place(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Placement:
     if placed.verdict is Verdict.CONFLICT and tgt.is_py:
         # an import-only hunk the context cannot place still has a place: the target's import block
         imported = _place_imports(hunk, tgt)
+        if imported is None:
+            # a hunk that adds a parameter to a signature still has a place: that function's signature
+            imported = _place_signature(hunk, tgt)
         if imported is not None:
             imported.candidates = placed.candidates
             imported.evidence = f"{imported.evidence}; by context: {placed.evidence}"
@@ -1849,6 +1859,273 @@ def _add_names(unit: _ImportUnit, node, tgt: _Target) -> tuple[_Edit, str] | Non
         at = last
     lines = [tgt.eol(indent + x + ",") for x in missing]
     return _Edit(at, at, lines, False), f"added {', '.join(missing)} to {where}, {order}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Signature-only hunks
+
+
+#: a def line: its indentation and name
+_DEF_HEAD = re.compile(r"^([ \t]*)(?:async\s+)?def\s+(\w+)\s*\(")
+#: most lines a signature may span for `_signature_header`
+_MAX_HEADER = 60
+
+
+@dataclass
+class _Param:
+    """One element of a signature: a parameter (``name``), or a marker (``/``, ``*``, ``*args``, ``**kwargs``);
+    `end` is where its text ends (1-based line, 0-based column of the header text), None for a bare marker."""
+
+    key: str
+    start: tuple[int, int] | None
+    end: tuple[int, int] | None
+
+
+def _signature_header(lines: list[str], d: int) -> int | None:
+    """The index of the last line of the def header starting at line d (the line whose code ends with the colon,
+    outside brackets), or None."""
+    lay = PythonLayout(lines[d : d + _MAX_HEADER])
+    for k in range(len(lay.lines)):
+        if lay.frame_at[k + 1] is None and not lay.in_string_at[k + 1]:
+            code = lay.lines[k].split("#", 1)[0].rstrip() if "#" in lay.lines[k] else lay.lines[k].rstrip()
+            return d + k if code.endswith(":") else None
+    return None
+
+
+def _signature(header: list[str]) -> tuple[str, list[_Param]] | None:
+    """(def name, elements in order) of a def header given as its lines (the first one's indentation is dropped, so
+    columns on the first line are counted from the ``def``), or None when it does not parse as one."""
+    first = _strip_cr(header[0])
+    text = "\n".join([first.lstrip()] + [_strip_cr(x) for x in header[1:]]) + "\n    pass\n"
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    fn = tree.body[0]
+    a = fn.args
+
+    def param(node, default=None) -> _Param:
+        end = (node.end_lineno, node.end_col_offset)
+        if default is not None:
+            end = max(end, (default.end_lineno, default.end_col_offset))
+        return _Param(node.arg, (node.lineno, node.col_offset), end)
+
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    out = [param(n, dv) for n, dv in zip(a.posonlyargs, defaults, strict=False)]
+    if a.posonlyargs:
+        out.append(_Param("/", None, None))
+    out += [param(n, dv) for n, dv in zip(a.args, defaults[len(a.posonlyargs) :], strict=True)]
+    if a.vararg is not None:
+        out.append(_Param("*" + a.vararg.arg, None, (a.vararg.end_lineno, a.vararg.end_col_offset)))
+    elif a.kwonlyargs:
+        out.append(_Param("*", None, None))
+    out += [param(n, dv) for n, dv in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
+    if a.kwarg is not None:
+        out.append(_Param("**" + a.kwarg.arg, None, None))
+    return fn.name, out
+
+
+def _segment(header: list[str], start: tuple[int, int], end: tuple[int, int]) -> str | None:
+    """The header text from `start` to `end` (as `_signature` counts them), when it lies on one line."""
+    if start[0] != end[0]:
+        return None
+    line = _strip_cr(header[start[0] - 1])
+    if start[0] == 1:
+        line = line.lstrip()
+    return line[start[1] : end[1]]
+
+
+def _place_signature(hunk: Hunk, tgt: _Target) -> Placement | None:
+    """Place a hunk whose one change adds a parameter to a signature (``def f(a):`` -> ``def f(a, b=None):``) that
+    its context could not place: in the target's signature of the same function, right after the same parameter.
+
+    The function is found by its name: the only def of that name at the same level (a method for a method, a
+    module-level function for one) inside the classes and blocks the hunk shows, whatever the target did to the
+    rest of its signature (re-flowed it over several lines, annotated its return, added parameters of its own) and
+    to the lines around it.  Two defs of that name are a conflict: only the ``@@`` section could tell them apart,
+    and it is evidence of order (see `_shows_def_line`).  The parameter it follows must be in the target's
+    signature, and the new one must not be (with the same text: already applied).  The order rules are those of
+    `_commute`: the new parameter goes right after its anchor when the hunk appends (nothing, or only ``*``,
+    ``*args``, ``**kwargs``, follows it) or it is keyword-only; a parameter the hunk puts *between* two others needs
+    the same two next to each other in the target.  None when the hunk is not such a change or no single site is
+    found (the conflict stands)."""
+    groups = _groups(hunk)
+    if len(groups) != 1:
+        return None
+    g = groups[0]
+    if g.b - g.a != 1 or len(g.added) != 1:
+        return None
+    P = hunk.pre_image
+    base_line, ours_line = _strip_cr(P[g.a]), _strip_cr(g.added[0])
+    if _insertion(base_line, ours_line) is None:
+        return None
+    d = next((k for k in range(g.a, -1, -1) if _DEF_HEAD.match(P[k])), None)
+    if d is None:
+        return None
+    e = _signature_header(P, d)
+    if e is None or not d <= g.a <= e:
+        return None
+    base_header = P[d : e + 1]
+    ours_header = list(base_header)
+    ours_header[g.a - d] = g.added[0]
+    base, ours = _signature(base_header), _signature(ours_header)
+    if base is None or ours is None or base[0] != ours[0]:
+        return None
+    name = base[0]
+    bkeys, okeys = [p.key for p in base[1]], [p.key for p in ours[1]]
+    i = next((k for k in range(len(bkeys)) if bkeys[k] != okeys[k]), len(bkeys))
+    if len(okeys) != len(bkeys) + 1 or okeys[:i] + okeys[i + 1 :] != bkeys:
+        return None
+    new = ours[1][i]
+    if new.start is None or new.key.startswith("*") or new.key == "/":
+        return None
+    new_text = _segment(ours_header, new.start, new.end)
+    if new_text is None:
+        return None
+    anchor = bkeys[i - 1] if i > 0 else None
+    follower = bkeys[i] if i < len(bkeys) else None
+    keyword_only = any(k.startswith("*") and not k.startswith("**") for k in bkeys[:i])
+    appends = follower is None or follower.startswith("*") or follower == "/"
+    if anchor is not None and (anchor in ("*", "/") or anchor.startswith("**")):
+        return None
+    # the classes and blocks the hunk shows around the def
+    hunk_lay = PythonLayout(P[: d + 1])
+    heads = [k for k in hunk_lay.header_lines(d, hunk_lay.indent[d]) if hunk_lay.is_header(k)]
+    shown = HunkIntent(None, None, tuple(hunk_lay.header_key(k) for k in heads))
+
+    lay = tgt.layout
+    sites = []
+    want = re.compile(rf"^[ \t]*(?:async\s+)?def\s+{re.escape(name)}\s*\(")
+    for t, line in enumerate(tgt.lines):
+        if f"def {name}" not in line or not want.match(line):
+            continue
+        lay.ensure(t)
+        if not lay.code_start[t]:
+            continue
+        te = _signature_header(tgt.lines, t)
+        if te is None:
+            continue
+        header = tgt.lines[t : te + 1]
+        sig = _signature(header)
+        if sig is None or sig[0] != name:
+            continue
+        if bool(_lead(line)) != bool(_lead(_strip_cr(P[d]))) or shown.accepts(lay.scope(t)) is not None:
+            continue  # a method is never a module-level function (nor the other way round)
+        tkeys = [p.key for p in sig[1]]
+        if new.key in tkeys:
+            have = sig[1][tkeys.index(new.key)]
+            same = have.start is not None and _segment(header, have.start, have.end) == new_text
+            # the same text: already applied; a parameter of that name of the target's own: a conflict
+            sites.append((t, te, header, sig[1], None, "already" if same else "taken"))
+            continue
+        if anchor is not None and anchor not in tkeys:
+            # the parameter the hunk follows is gone: the site the hunk was made for is gone
+            sites.append((t, te, header, sig[1], None, "gone"))
+            continue
+        at = tkeys.index(anchor) + 1 if anchor is not None else 0
+        theirs = tkeys[at] if at < len(tkeys) else None
+        if not appends and not keyword_only and theirs != follower:
+            # between two ordered parameters, where the target has another one: which comes first is a decision
+            sites.append((t, te, header, sig[1], None, "decision"))
+            continue
+        sites.append((t, te, header, sig[1], at, theirs))
+    # several functions of that name: nothing but the `@@` section, evidence of order that drift changes, could
+    # choose (see `_shows_def_line`), so the conflict stands
+    if len(sites) != 1:
+        return None
+    t, te, header, params, at, theirs = sites[0]
+    if theirs in ("taken", "decision", "gone"):
+        return None
+    where = f"the signature of `{name}` at line {t + 1}"
+    if theirs == "already":
+        return Placement(
+            hunk,
+            Verdict.ALREADY_APPLIED,
+            landing_line=t + 1,
+            scope=lay.scope(t),
+            score=0.0,
+            evidence=f"signature: {where} already has `{new_text}`",
+        )
+    edit = _signature_edit(tgt, t, header, params, at, new_text)
+    if edit is None:
+        return None
+    start, end, lines = edit
+    if theirs is None or appends or theirs == follower:
+        order = (
+            "the hunk appends right after it"
+            if appends and theirs is not None and theirs != follower
+            else "the same neighbours as in the hunk"
+        )
+    else:
+        order = "keyword-only parameters: order carries no meaning"
+    after = f"after `{anchor}`" if anchor is not None else "first"
+    return Placement(
+        hunk,
+        Verdict.MERGED,
+        start=start,
+        end=end,
+        replacement=lines,
+        landing_line=start + 1,
+        scope=lay.scope(start),
+        score=0.0,
+        evidence=(
+            f"signature: the hunk adds parameter `{new_text}` to `{name}` {after}; the context does not place it, "
+            f"{where} does (the function of that name"
+            + (" in the classes the hunk shows" if shown.headers else "")
+            + f"), the parameter merged {after} ({order})"
+        ),
+    )
+
+
+def _signature_edit(
+    tgt: _Target, t: int, header: list[str], params: list[_Param], at: int, new_text: str
+) -> tuple[int, int, list[str]] | None:
+    """(start, end, lines) replacing target lines [start, end) to put `new_text` at element position `at` of the
+    signature whose header starts at target line t: on a line of its own when the anchor stands alone on its line
+    (vertical layout), else spliced in as ``, new``."""
+    T = tgt.lines
+    lead = len(_lead(_strip_cr(T[t])))
+
+    def pos(p: tuple[int, int]) -> tuple[int, int]:
+        return t + p[0] - 1, p[1] + (lead if p[0] == 1 else 0)
+
+    if at > 0:
+        anchor = params[at - 1]
+        if anchor.end is None:
+            return None
+        row, col = pos(anchor.end)
+        line = _strip_cr(T[row])
+        rest = line[col:]
+        start_ok = anchor.start is not None and anchor.start[0] == anchor.end[0]
+        alone = (
+            start_ok
+            and row != t
+            and not line[: pos(anchor.start)[1]].strip()
+            and re.fullmatch(r"\s*,?\s*(?:#.*)?", rest) is not None
+        )
+        if alone:
+            added = tgt.eol(_lead(line) + new_text + ",")
+            if rest.lstrip().startswith(","):
+                return row + 1, row + 1, [added]
+            return row, row + 1, [tgt.eol(line[:col] + "," + rest), added]  # the comma the anchor lacked
+        return row, row + 1, [tgt.eol(line[:col] + ", " + new_text + rest)]
+    if params:
+        first = params[0]
+        if first.start is None:
+            return None
+        row, col = pos(first.start)
+        line = _strip_cr(T[row])
+        if row != t and not line[:col].strip():
+            return row, row, [tgt.eol(_lead(line) + new_text + ",")]
+        return row, row + 1, [tgt.eol(line[:col] + new_text + ", " + line[col:])]
+    line = _strip_cr(T[t])
+    m = _DEF_HEAD.match(line)
+    if m is None or not line[m.end() :].lstrip().startswith(")"):
+        return None
+    return t, t + 1, [tgt.eol(line[: m.end()] + new_text + line[m.end() :])]
 
 
 # --------------------------------------------------------------------------------------------------------------
