@@ -61,7 +61,8 @@ Merging (hunk pre-image = base, post-image = ours, target window = theirs)
       identity (the same name assigned, annotated, called or passed), which then anchors the insertion;
     - indentation: the nearest non-blank context line before and after the group and every removed line give an
       indentation delta (target indent minus pre-image indent).  A consistent delta re-indents the added lines; an
-      inconsistent one (context nested one level deeper on one side only) is a conflict.
+      inconsistent one (context nested one level deeper on one side only) is a conflict — unless the group rewrites
+      lines that all moved by one delta, as a neighbour did: the added lines replace them there.
 
     Added lines are written with the target's line ending.  A group whose removed lines are gone and whose added
     lines are already there is already applied; a hunk whose groups all are gets ``already-applied``.  When the
@@ -740,6 +741,13 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
             return _Plan([], bad[0])
         dset = {d for d, _ in deltas}
         delta = 0
+        own = {d for d, j in deltas if g.a <= j < g.b}
+        if len(dset) > 1 and g.added and len(own) == 1 and any(d in own for d, j in deltas if not g.a <= j < g.b):
+            # the lines the hunk rewrites moved by one delta, and a neighbour with them: the added lines replace
+            # them there (the other neighbour belongs to a construct the target nested differently)
+            desc = ", ".join(f"`{P[j].strip()}` {d:+d}" for d, j in deltas)
+            notes.append(f"re-indented as the lines it replaces (indentation drift around the change: {desc})")
+            dset = set(own)
         if len(dset) > 1 and g.added:
             desc = ", ".join(f"`{P[j].strip()}` {d:+d}" for d, j in deltas)
             return _Plan(
