@@ -173,6 +173,21 @@ def test_hunk_intent_unknown_inside_docstring() -> None:
     assert intent.accepts(Scope(role="call-arguments")) is None
 
 
+def test_hunk_intent_unknown_after_a_closing_triple_quote() -> None:
+    """A hunk that starts inside a docstring whose last line ends it after text (``...dtype.\"\"\"``): that first
+    triple quote closes a string as likely as it opens one, so the role is unknown; after an ``=`` or ``(`` it
+    opens one."""
+    intent = hunk_intent(
+        ['    for the state will be set by dtype."""', '    mode: str = "none"'],
+        ["    extra = None"],
+        ['    """The mode.'],
+    )
+    assert intent.klass is None and "role unknown" in intent.evidence
+    assert intent.accepts(Scope(role="block")) is None
+    intent = hunk_intent(['    text = """', "    Some words"], ["    more words"], ['    """'])
+    assert intent.role == "string"
+
+
 def test_def_and_class_headers_are_keyed_by_kind_and_name() -> None:
     """A signature or base-class edit does not change which def/class encloses a position."""
     lay = PythonLayout(["class Pool(Base, Mixin):", "    async def take(self, n: int = 1):", "        return n"])

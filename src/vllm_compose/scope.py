@@ -48,7 +48,9 @@ How placement infers what a hunk intends (`HunkIntent`), from the hunk's own lin
   can be: ``return``, ``import``, ``self.x = ...``, ``x += 1``, ``name = value``, a decorator); otherwise the role
   is unknown — the middle of a long signature, call or display shows no bracket, and ``x: int = 1,`` parses as a
   statement only by accident.  An unknown role rejects no site.  A fragment that ends inside a string (the hunk
-  started inside a docstring) says nothing about its role.
+  started inside a docstring) says nothing about its role, nor does one whose first triple quote starts its line
+  or follows text that starts no expression (``...the model's dtype.`` and three quotes: it may close a
+  docstring the hunk began inside).
 - Headers: the enclosing-header walk run on the hunk's lines; each header the hunk shows must enclose the site in
   the target too, in the same order (the target may add enclosing headers, e.g. a new ``with`` block).
 - Section: a ``@@ ... @@ def name(`` / ``class Name`` section text names the def/class that precedes the hunk's
@@ -120,6 +122,8 @@ _DEFAULT_SECTION_RE = re.compile(r"^[A-Za-z_$]")
 _TAIL_DEF = re.compile(r"\b(def|class)\s+\w+\s*$")
 _TAIL_WORD = re.compile(r"(\w+)\s*$")
 _TRIPLE = re.compile(r'[rRbBuUfF]{0,2}(?:"""|\'\'\')')
+#: the text before a string that opens it as an expression: an operator, bracket, comma, colon or keyword ends it
+_STRING_INTRODUCER = re.compile(r"(?:[=(\[{,:+%*|&<>!-]|\b(?:return|yield|in|not|and|or|else|if|lambda|await))\s*$")
 
 
 def role_class(role: str | None) -> str | None:
@@ -623,11 +627,18 @@ def hunk_intent(
             f"opened at `{lay.lines[frame.line].strip()}`",
         )
     if lay.in_string_at[n_before]:
-        opener = next((lay.lines[j] for j in range(n_before - 1, -1, -1) if _TRIPLE.search(lay.lines[j])), "")
+        at = next((j for j in range(n_before - 1, -1, -1) if _TRIPLE.search(lay.lines[j])), None)
+        opener = lay.lines[at] if at is not None else ""
         if _TRIPLE.match(opener.lstrip()):
             # a line that starts with a triple quote may as well close a string the hunk does not show (a hunk
             # that begins inside a docstring): the lexer's reading of it is a guess
             return HunkIntent(None, None, (), "after a triple quote that may open or close a string; role unknown")
+        if at is not None and not any(_TRIPLE.search(lay.lines[j]) for j in range(at)):
+            # the fragment's first triple quote, after text that does not start an expression (``...text."""``):
+            # it closes a string the hunk began inside as likely as it opens one
+            last = list(_TRIPLE.finditer(opener))[-1]
+            if not _STRING_INTRODUCER.search(opener[: last.start()]):
+                return HunkIntent(None, None, (), "after a triple quote that may close a string; role unknown")
         return HunkIntent("string", "string", (), "inside a string")
     # No bracket open before the change: a closing bracket after it that matches nothing says we are inside one.
     after_lay = PythonLayout(change + after) if change or after else None
