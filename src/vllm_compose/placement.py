@@ -62,7 +62,8 @@ Merging (hunk pre-image = base, post-image = ours, target window = theirs)
     - indentation: the nearest non-blank context line before and after the group and every removed line give an
       indentation delta (target indent minus pre-image indent).  A consistent delta re-indents the added lines; an
       inconsistent one (context nested one level deeper on one side only) is a conflict — unless the group rewrites
-      lines that all moved by one delta, as a neighbour did: the added lines replace them there.
+      lines that all moved by one delta, as a neighbour did: the added lines replace them there; or it inserts
+      lines written against one neighbour and parted from the other by a blank line: they keep that neighbour's.
 
     Added lines are written with the target's line ending.  A group whose removed lines are gone and whose added
     lines are already there is already applied; a hunk whose groups all are gets ``already-applied``.  When the
@@ -748,6 +749,23 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
             desc = ", ".join(f"`{P[j].strip()}` {d:+d}" for d, j in deltas)
             notes.append(f"re-indented as the lines it replaces (indentation drift around the change: {desc})")
             dset = set(own)
+        elif len(dset) > 1 and g.a == g.b and len(deltas) == 2:
+            # a pure insertion written against one neighbour and set apart from the other by a blank line: it
+            # belongs with the one it is written against (a statement added after `x = f()`, before a blank line
+            # and code the target wrapped in a block)
+            (d_before, jb), (d_after, ja) = deltas
+            if jb == g.a - 1 and g.b < m and not P[g.b].strip():
+                side, d = f"`{P[jb].strip()}`", d_before
+            elif ja == g.b and g.a > 0 and not P[g.a - 1].strip():
+                side, d = f"`{P[ja].strip()}`", d_after
+            else:
+                side = None
+            if side is not None:
+                notes.append(
+                    f"indented as {side}, the line it is written against (a blank line parts it from the other, "
+                    f"which moved by {d_after if d == d_before else d_before:+d})"
+                )
+                dset = {d}
         if len(dset) > 1 and g.added:
             desc = ", ".join(f"`{P[j].strip()}` {d:+d}" for d, j in deltas)
             return _Plan(
