@@ -476,3 +476,61 @@ def test_import_after_an_import_the_release_dropped_passes() -> None:
     report = audit(_one_file(stock), _one_file(patched), [parse_patch(diff.encode(), "d.diff")])
     [h] = report.hunks
     assert h.verdict is AuditVerdict.FUZZY, h.reason
+
+
+_SIG_PATCH = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -1,6 +1,6 @@
+ class Backend:
+     def compile(
+-        self, kind: str, spec: str
++        self, kind: str, spec: str, budget: int | None = None
+     ) -> object:
+         if kind == "json":
+             return spec
+"""
+
+_SIG_ONE_LINE_PATCH = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -3,3 +3,3 @@
+-def make_mapper(dtype: str) -> dict:
++def make_mapper(dtype: str, budget: int | None = None) -> dict:
+     if dtype == "fp4":
+         return {}
+"""
+
+
+def test_parameter_added_where_the_release_wrapped_the_signature_one_per_line_is_found_and_confirmed() -> None:
+    """The release wrapped `compile`'s parameters one per line and added one; the engine put the hunk's new parameter
+    on its own line after `spec`. The audit finds it there (not `failed`) and the anchors confirm it."""
+    stock = (
+        "class Backend:\n    def compile(\n        self,\n        kind: str,\n        spec: str,\n"
+        "        stop: set[int] | None = None,\n    ) -> object:\n"
+        '        if kind == "json":\n            return spec\n'
+    )
+    patched = stock.replace("        spec: str,\n", "        spec: str,\n        budget: int | None = None,\n")
+    report = audit(_one_file(stock), _one_file(patched), [parse_patch(_SIG_PATCH.encode(), "fix.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.FUZZY, h.reason
+    # the same line put into another def's signature instead is not confirmed
+    other = "\n    def other(\n        self,\n    ) -> None:\n        pass\n"
+    wrong = stock + other.replace("        self,\n", "        self,\n        budget: int | None = None,\n")
+    report = audit(_one_file(stock + other), _one_file(wrong), [parse_patch(_SIG_PATCH.encode(), "fix.diff")])
+    assert not report.ok
+
+
+def test_one_line_def_rewritten_inside_the_signature_the_release_wrapped_is_confirmed() -> None:
+    """The hunk rewrites a one-line def; the release wrapped that signature, so the merged edit sits inside it."""
+    stock = (
+        "\n\ndef make_mapper(\n    dtype: str, fuse: bool = False\n) -> dict:\n"
+        '    if dtype == "fp4":\n        return {}\n'
+    )
+    patched = stock.replace(
+        "    dtype: str, fuse: bool = False\n", "    dtype: str, budget: int | None = None, fuse: bool = False\n"
+    )
+    report = audit(_one_file(stock), _one_file(patched), [parse_patch(_SIG_ONE_LINE_PATCH.encode(), "fix.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.FUZZY, h.reason
+    assert "rewrites the signature of `make_mapper`" in h.reason

@@ -571,6 +571,12 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
             f"there, against {_why(anchor, o, land)} at the landing)",
             expected,
         )
+    if mine[0] == 0 and _signature_of_shown_def(anchor, land):
+        # the hunk rewrites a def line; the target wrapped that signature over several lines, so the change landed
+        # inside it: the def's name is the identity, and it is the landing's container
+        return Judgement(
+            Fit.CONFIRMED, f"the hunk rewrites the signature of `{land.container.name}`, and landed in that signature"
+        )
     if mine[0] == 0:
         return Judgement(
             Fit.UNCONFIRMED,
@@ -596,6 +602,17 @@ def judge(anchor: Anchor, o: Outline, at: int, span: int) -> Judgement:
             Fit.AMBIGUOUS, f"another site fits what the hunk shows as well ({_why(anchor, o, land)})", expected
         )
     return Judgement(Fit.CONFIRMED, _why(anchor, o, land))
+
+
+def _signature_of_shown_def(anchor: Anchor, land: Spot) -> bool:
+    """The hunk's change is a def header line (its whole signature on one line) and the landing is inside the
+    parameters of the def of that name."""
+    frag = anchor.fragment
+    at = anchor.spot.line
+    if frag is None or not 0 <= at < frag.n or land.container.kind != "params":
+        return False
+    header = frag.lines[at].header
+    return header is not None and header == f"def {land.container.name}"
 
 
 def _contradiction(anchor: Anchor, o: Outline, land: Spot, at: int, span: int) -> str | None:

@@ -418,6 +418,8 @@ def _landed_sites(
         site = sites[0] if sites else None
         if site is None:
             site = _merged_site(state, g.removed, g.added, hint)
+        if site is None:
+            site = _reflowed_item_site(state, g.removed, g.added, hint)
         if site is None and not g.removed:
             site = _reindented_site(state, g.added, hint)
         if site is None and not g.removed and later_added is not None and later_removed is not None:
@@ -485,6 +487,33 @@ def _merged_site(state: _FileState, removed: list[str], added: list[str], near: 
     if not found:
         return None
     return min(found, key=lambda s: abs(s.old_pos - near))
+
+
+def _reflowed_item_site(state: _FileState, removed: list[str], added: list[str], near: int) -> Site | None:
+    """A one-line edit that only inserts an item into a line (`a, b` -> `a, NEW, b`: a parameter, an argument),
+    where the release had wrapped that list one item per line: the item landed as a line of its own. The nearest new
+    line of the patched file that is exactly the inserted item (its trailing comma aside); None when there is none."""
+    if len(removed) != 1 or len(added) != 1:
+        return None
+    old, new = removed[0], added[0]
+    p = 0
+    while p < min(len(old), len(new)) and old[p] == new[p]:
+        p += 1
+    q = 0
+    while q < min(len(old), len(new)) - p and old[len(old) - 1 - q] == new[len(new) - 1 - q]:
+        q += 1
+    if p + q != len(old):
+        return None  # not a pure insertion into the line
+    item = new[p : len(new) - q].strip().strip(",").strip()
+    if not item or "," in item and "(" not in item:
+        return None
+    al = state.landing
+    found = [
+        Site(al.gap[j], j, 0, 1, al.gap[j])
+        for j in range(len(al.new))
+        if al.origin[j] is None and al.new[j].strip().rstrip(",").strip() == item and j not in state.claimed_new
+    ]
+    return min(found, key=lambda s: abs(s.old_pos - near)) if found else None
 
 
 def _edited_later_site(
