@@ -443,12 +443,8 @@ def render_image_overlay(result) -> str:
         lines.append(f"  {len(result.changed)} files changed")
     for c in result.checks.results if result.checks is not None else []:
         lines.append(f"  check {c.name:<16} {c.status}" + (f" ({c.reason})" if c.reason else ""))
-    if result.ampere_gate is not None:
-        gate = result.ampere_gate
-        lines.append(
-            "  ampere gate      "
-            + (f"skipped ({gate['skipped']})" if "skipped" in gate else "pass" if gate.get("ok") else "FAIL")
-        )
+    if result.gate_state is not None:
+        lines.append(f"  ampere gate      {result.gate_state}")
     if result.version:
         lines.append(f"  installed version: {result.version}")
     if result.message:

@@ -69,8 +69,11 @@ class ImageOverlayResult:
     changed: list[str] = field(default_factory=list)
     audit: AuditReport | None = None
     checks: CheckReport | None = None
-    #: the Ampere gate of the composed files (validation.ampere_gate), or {"skipped": ...}
-    ampere_gate: dict | None = None
+    #: the Ampere gate of the composed files (`validation.ampere_gate` report) when it ran and passed
+    ampere_gate: object | None = None
+    #: why the gate did not run (`--no-ampere-gate`), or what failed when it refused the image
+    ampere_gate_skipped: str | None = None
+    ampere_gate_error: str | None = None
     message: str = ""
 
     @property
@@ -89,9 +92,25 @@ class ImageOverlayResult:
             "changed": self.changed,
             "audit": self.audit.to_json() if self.audit is not None else None,
             "checks": self.checks.to_json() if self.checks is not None else None,
-            "ampere_gate": self.ampere_gate,
+            "ampere_gate": self._gate_json(),
             "compose": self.compose.to_json() if self.compose else None,
         }
+
+    @property
+    def gate_state(self) -> str | None:
+        """`pass`, `FAIL`, `skipped (why)`, or None when the compose stopped before the gate."""
+        if self.ampere_gate_skipped is not None:
+            return f"skipped ({self.ampere_gate_skipped})"
+        if self.ampere_gate_error is not None:
+            return "FAIL"
+        return "pass" if self.ampere_gate is not None else None
+
+    def _gate_json(self) -> dict | None:
+        if self.ampere_gate_skipped is not None:
+            return {"skipped": self.ampere_gate_skipped}
+        if self.ampere_gate_error is not None:
+            return {"ok": False, "error": self.ampere_gate_error}
+        return self.ampere_gate.to_json() if self.ampere_gate is not None else None
 
 
 def installed_dist_info(site_packages: Path) -> Path:
@@ -199,12 +218,12 @@ def overlay_site_packages(
                 report = require_gate(export_tree(target, scratch / "gate"), branch.branch)
             except RefusedError as exc:
                 result.status = OverlayStatus.REFUSED
-                result.ampere_gate = {"ok": False, "error": exc.message}
+                result.ampere_gate_error = exc.message
                 result.message = f"{exc.message} — site-packages not changed\n  hint: {exc.hint}"
                 return result
-            result.ampere_gate = report.to_json()
+            result.ampere_gate = report
         else:
-            result.ampere_gate = {"skipped": "--no-ampere-gate"}
+            result.ampere_gate_skipped = "--no-ampere-gate"
         if dry_run:
             result.status = OverlayStatus.DRY_RUN
             result.version = new_version
