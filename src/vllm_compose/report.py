@@ -135,6 +135,11 @@ def render_compose(result) -> str:
             out.append(_hunk_line(eid, h))
             if h.verdict == HunkVerdict.CONFLICT and h.evidence and not h.resolved_by:
                 out += [f"      {line}" for line in h.evidence.splitlines()[:6]]
+    refused = [e for e in result.entries if e.audit is not None and not e.audit.ok]
+    if refused:
+        out += ["", "the audit refuses these landings (where the hunk belongs | where the engine put it):"]
+        for e in refused:
+            out += ["", f"entry {e.id}:", render_audit(e.audit).rstrip()]
     out.append("")
     if result.final_checks:
         out.append("checks of the composed tree against the release:")
