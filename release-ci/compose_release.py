@@ -5,7 +5,8 @@ Writes into --out: `report-<TAG>.json` (the compose report), `summary-<TAG>.md` 
 $GITHUB_STEP_SUMMARY when set), `issue-<TAG>.md` (only when the compose did not succeed: the conflicts and refusals;
 or when the wheel was refused, e.g. by the Ampere gate: the kernels that do not compile for sm_80/86, with
 `ampere-gate-<TAG>.json`; or when the semantic check found what the series neither fixes nor accepts: the findings
-and their entries, with `semantic-<TAG>.json`), and the overlay wheel when all succeeded. Exits with the compose's exit code (0 composed,
+and their entries, with `semantic-<TAG>.json`; or when hunks landed relocated or merged without an approval for the
+release: the landings to read, docs/review.md), and the overlay wheel when all succeeded. Exits with the compose's exit code (0 composed,
 1 conflict, 2 refused, 3 bad input), or the wheel's, so the workflow can decide what to publish.
 """
 
@@ -18,7 +19,13 @@ import sys
 from pathlib import Path
 
 from vllm_compose.cli import main as vllm_compose
-from vllm_compose.report import render_ci_gate_issue, render_ci_issue, render_ci_semantic_issue, render_ci_summary
+from vllm_compose.report import (
+    render_ci_gate_issue,
+    render_ci_issue,
+    render_ci_review_issue,
+    render_ci_semantic_issue,
+    render_ci_summary,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         if rc != 0:
             return rc
+    review = report.get("review") or {}
+    if any(not x.get("approved") for x in review.get("landings", [])):  # the wheel would refuse them: say which
+        (args.out / f"issue-{args.tag}.md").write_text(render_ci_review_issue(args.tag, review))
+        return 2
     wheel = ["wheel", "--onto", args.tag, "--series", args.series, "--repo", args.repo, "--out", str(args.out)]
     wheel += (["--stock-wheel", args.stock_wheel] if args.stock_wheel else []) + (
         ["--no-ampere-gate"] if args.no_ampere_gate else []

@@ -130,6 +130,23 @@ def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch)
     assert not (out / "issue-v0.26.0.md").exists()
 
 
+def test_compose_release_unreviewed_landing_writes_issue_body_and_builds_no_wheel(tmp_path) -> None:
+    from toy_wheel import make_stock_wheel
+
+    # the fix's context line drifted in the release: it lands merged, and a new release has no approvals
+    drifted = toy.FIX_BODY.replace(" def helper(name):\n", " def helper(name):  # joins\n")
+    series, repo = _toy(tmp_path, fix_body=drifted)
+    out = tmp_path / "out"
+    stock = str(make_stock_wheel(tmp_path / "stock"))
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate")
+    assert rc == 2
+    assert not list(out.glob("*.whl"))
+    issue = (out / "issue-v0.26.0.md").read_text()
+    assert "1 hunk(s) landed relocated or merged without an approval for this release" in issue
+    assert "| `fix-helper:vllm/runner.py#1` | merged | 13-13 |" in issue
+    assert "vllm-compose review --onto v0.26.0" in issue
+
+
 def test_compose_release_gate_refusal_writes_issue_body_naming_the_kernels(tmp_path, monkeypatch) -> None:
     from toy_wheel import gate_report, make_stock_wheel
 

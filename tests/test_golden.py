@@ -10,8 +10,10 @@ did). Cases are folders:
   * `expected-status.md`: the status table's row of that compose (`render_status`);
   * `expected-review.txt`: what `vllm-compose review` prints, and its exit code (`render_review`);
   * `expected-validate.txt`: what `vllm-compose validate` prints for the case's series;
-  * `expected-ci-summary.md`, and `expected-ci-issue.md` where the compose did not succeed: the CI's Markdown
-    (`render_ci_summary`, `render_ci_issue`) of `rebase --json`'s report, as release-ci/compose_release.py writes it;
+  * `expected-ci-summary.md`, and `expected-ci-issue.md` where the compose did not succeed (or
+    `expected-ci-review-issue.md` where it composed with unapproved landings): the CI's Markdown (`render_ci_summary`,
+    `render_ci_issue`, `render_ci_review_issue`) of `rebase --json`'s report, as release-ci/compose_release.py
+    writes it;
   * `expected-series-diff.txt` (cases that compose): `vllm-compose series-diff v1.0.0 v1.1.0` in one repository
     where v1.0.0 is the `clean` case's release and v1.1.0 this case's, each composed (`render_series_diff`);
 * `tests/cases/audit/<case>/`: `expected-audit.txt`, what `check-fuzz` prints for the case's stock and patched
@@ -48,6 +50,7 @@ from vllm_compose.compose import ComposeOptions, Composer
 from vllm_compose.report import (
     render_ci_gate_issue,
     render_ci_issue,
+    render_ci_review_issue,
     render_ci_semantic_issue,
     render_ci_summary,
     render_status,
@@ -244,10 +247,15 @@ def test_ci_markdown(case: str, tmp_path: Path, capsys) -> None:
     report = json.loads(report_path.read_text())
     _check_golden(folder / "expected-ci-summary.md", _normalize(render_ci_summary(report), tmp_path))
     issue = folder / "expected-ci-issue.md"
-    if want["exit"] == 0:
-        assert not issue.exists(), f"{issue}: the CI writes no issue for a compose that succeeded"
-    else:
+    review_issue = folder / "expected-ci-review-issue.md"
+    unreviewed = [x for x in (report.get("review") or {}).get("landings", []) if not x.get("approved")]
+    if want["exit"] != 0:
         _check_golden(issue, _normalize(render_ci_issue(report), tmp_path))
+    elif unreviewed:  # composed, but the wheel waits for a person to read these
+        _check_golden(review_issue, _normalize(render_ci_review_issue(want["onto"], report["review"]), tmp_path))
+    else:
+        assert not issue.exists(), f"{issue}: the CI writes no issue for a compose that succeeded"
+        assert not review_issue.exists(), f"{review_issue}: every landing of this compose is approved"
 
 
 def _ci_cases() -> list[str]:

@@ -540,6 +540,29 @@ def render_ci_semantic_issue(tag: str, semantic: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_ci_review_issue(tag: str, review: dict) -> str:
+    """The issue when the compose succeeded but landings of it have no approval for the release (`rebase --json`'s
+    `review`): the wheel is not built until a person has read them."""
+    todo = [x for x in review.get("landings", []) if not x.get("approved")]
+    lines = [
+        f"The scheduled compose of the series onto vLLM {tag} composed, but {len(todo)} hunk(s) landed relocated or "
+        "merged without an approval for this release, so no wheel was built.",
+        "",
+        "| hunk | verdict | lines | landing | audit |",
+        "|---|---|---|---|---|",
+    ]
+    for x in todo:
+        audit = (x.get("audit") or {}).get("verdict", "")
+        lines.append(f"| `{x['id']}` | {x['verdict']} | {x['lines'][0]}-{x['lines'][1]} | `{x['digest']}` | {audit} |")
+    lines += [
+        "",
+        f"Read each with `vllm-compose review --onto {tag}`. Record the ones that are right with `--approve ID` (or "
+        "`--approve-all`) `--by NAME --why TEXT`, and commit `series/reviews.toml`; fix the others with a skew-fix "
+        "entry (docs/review.md).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render_ci_gate_issue(tag: str, gate: dict) -> str:
     """The issue when the compose succeeded but its DSA kernels do not compile for sm_80/86."""
     failed = [k for k in gate.get("kernels", []) if not k["ok"]]
