@@ -534,3 +534,32 @@ def test_one_line_def_rewritten_inside_the_signature_the_release_wrapped_is_conf
     [h] = report.hunks
     assert h.verdict is AuditVerdict.FUZZY, h.reason
     assert "rewrites the signature of `make_mapper`" in h.reason
+
+
+def test_rewrite_of_a_line_the_release_nested_deeper_is_confirmed_where_that_line_is() -> None:
+    """The release wrapped the line the hunk rewrites in an `if`; the rewrite landed on it there. The replaced line
+    occurs once in stock, re-indented: that is where the hunk belongs, whatever block now holds it."""
+    diff = """\
+--- a/pkg/cuda.py
++++ b/pkg/cuda.py
+@@ -1,4 +1,4 @@
+     def get_output(self) -> dict:
+-        pooled = list(self.pooled_cpu.unbind(dim=0))
++        pooled = list(self.pooled_cpu.unbind(dim=0, copy=False))
+         self.copy_event.synchronize()
+         return {"pooled": pooled}
+"""
+    stock = (
+        "class PoolingOutput:\n    def get_output(self) -> dict:\n        if isinstance(self.pooled, list):\n"
+        "            pooled = list(self.pooled_cpu.unbind(dim=0))\n        else:\n            pooled = self.pooled_cpu\n"
+        '        self.copy_event.synchronize()\n        return {"pooled": pooled}\n'
+    )
+    patched = stock.replace("unbind(dim=0))", "unbind(dim=0, copy=False))")
+    report = audit(_one_file(stock), _one_file(patched), [parse_patch(diff.encode(), "fix.diff")])
+    [h] = report.hunks
+    assert h.verdict is AuditVerdict.FUZZY, h.reason
+    assert "re-indented by the release, and only there" in h.reason
+    # a second copy of the line elsewhere makes the text alone not enough
+    twin = stock + "\n\ndef other(self):\n    pooled = list(self.pooled_cpu.unbind(dim=0))\n"
+    report = audit(_one_file(twin), _one_file(patched + twin[len(stock) :]), [parse_patch(diff.encode(), "fix.diff")])
+    assert "re-indented by the release, and only there" not in report.hunks[0].reason

@@ -561,6 +561,25 @@ def _reindented_site(state: _FileState, added: list[str], near: int) -> Site | N
     return min(found, key=lambda s: abs(s.old_pos - near)) if found else None
 
 
+def _reindented_occurrences(seq: list[str], run: list[str]) -> list[int]:
+    """Where `run` occurs in `seq` but for leading whitespace (one shift for all its lines), blank runs excepted."""
+    want = [line.strip() for line in run]
+    if not any(want):
+        return []
+    n = len(run)
+    out = []
+    for i in range(len(seq) - n + 1):
+        if all(seq[i + t].strip() == want[t] for t in range(n)):
+            shifts = {
+                len(seq[i + t]) - len(seq[i + t].lstrip()) - (len(run[t]) - len(run[t].lstrip()))
+                for t in range(n)
+                if want[t]
+            }
+            if len(shifts) == 1:
+                out.append(i)
+    return out
+
+
 def _occurrences(seq: list[str], run: list[str], index: dict[str, list[int]] | None = None) -> list[int]:
     """Every index where `run` occurs verbatim in `seq` (`index`: line -> positions in `seq`, when one is kept)."""
     if not run:
@@ -657,6 +676,9 @@ def _judge(hunk: Hunk, state: _FileState, sites: list[Site]) -> tuple[anchors.Ju
             judged.append(
                 (anchors.Judgement(anchors.Fit.CONFIRMED, "the lines it replaces are there, and only there"), v)
             )
+        elif g.removed and _reindented_occurrences(state.stock, g.removed) == [site.old_pos]:
+            why = "the lines it replaces are there, re-indented by the release, and only there"
+            judged.append((anchors.Judgement(anchors.Fit.CONFIRMED, why), v))
         else:
             j = anchors.judge(v.anchor, v.outline, v.at, v.span)
             if j.status is anchors.Fit.CONFIRMED and not g.removed:

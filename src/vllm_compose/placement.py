@@ -743,9 +743,16 @@ def _plan(hunk: Hunk, groups: list[_Group], al: _Alignment, tgt: _Target) -> _Pl
         dset = {d for d, _ in deltas}
         delta = 0
         own = {d for d, j in deltas if g.a <= j < g.b}
-        if len(dset) > 1 and g.added and len(own) == 1 and any(d in own for d, j in deltas if not g.a <= j < g.b):
-            # the lines the hunk rewrites moved by one delta, and a neighbour with them: the added lines replace
-            # them there (the other neighbour belongs to a construct the target nested differently)
+        one_for_one = g.b - g.a == len(g.added)
+        if (
+            len(dset) > 1
+            and g.added
+            and len(own) == 1
+            and (one_for_one or any(d in own for d, j in deltas if not g.a <= j < g.b))
+        ):
+            # the lines the hunk rewrites moved by one delta, and a neighbour with them, or the hunk rewrites them
+            # line for line: the added lines replace them there (a neighbour that moved otherwise belongs to a
+            # construct the target nested differently)
             desc = ", ".join(f"`{P[j].strip()}` {d:+d}" for d, j in deltas)
             notes.append(f"re-indented as the lines it replaces (indentation drift around the change: {desc})")
             dset = set(own)
@@ -1392,7 +1399,7 @@ def _place_by_context(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Place
         )
     else:
         own_note = None
-    if rival is not None and _too_close(al, rival[0]):
+    if rival is not None and _too_close(al, rival[0]) and not _only_site_with_its_removed_lines(hunk, al, rival[0]):
         return conflict(
             f"ambiguous: {_describe(al, P)} and {_describe(rival[0], P)} agree about equally "
             f"(credit {al.credit:.2f} vs {rival[0].credit:.2f}; a margin of {MIN_MARGIN} is required)",
@@ -1474,6 +1481,17 @@ def _place_by_context(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Place
         candidates=candidates,
         eof_newline=eof,
     )
+
+
+def _only_site_with_its_removed_lines(hunk: Hunk, best: _Alignment, rival: _Alignment) -> bool:
+    """A hunk that replaces lines can only land where they are: `best` holds every line the hunk removes (verbatim
+    but for whitespace or indentation) and `rival` lacks one of them altogether. Then the rival's agreement is
+    context only, and it is no rival."""
+    removed = [k for k, op in enumerate(op for op, _ in hunk.lines if op != "+") if op == "-"]
+    if not removed:
+        return False
+    holds = all(best.cats[k] in (_EXACT, _EOL, _WS, _INDENT) for k in removed)
+    return holds and any(rival.mapping[k] is None for k in removed)
 
 
 def _too_close(best: _Alignment, rival: _Alignment) -> bool:
