@@ -378,7 +378,7 @@ def maintainer_loop(series_dir: Path, repo: Path, tag: str, cache: Cache, truth:
         written_back |= back
         narrowed |= narrow
     ours, wrong = judge_ours(composer, truth, frozenset(written_back))
-    for c in ("false conflict", "right refusal"):
+    for c in ("false conflict", "right refusal", "wrong, named"):  # what the stops named on the way
         ours[c] += counts[c]
     return {
         "exit": int(result.exit_code),
