@@ -150,3 +150,30 @@ def test_real_prs_onto_vllm_0_26_0(release_v0260: Path, real_pr_diffs: tuple[Pat
     others = [p for key, p in verdicts.items() if key not in hazards]
     assert len(others) >= 45
     assert all(p.ok for p in others), [(p.hunk.index, p.evidence) for p in others if not p.ok]
+
+
+def test_a_site_lacking_what_the_best_site_holds_is_no_rival() -> None:
+    """The tie-break the drift benchmark's 0.28.0#115 and 0.27.0#132 needed: a replacement only lands where the lines
+    it replaces are; the whole pre-image (re-indented) beats a part of it. Anything less stays ambiguous."""
+    from vllm_compose.patchfile import parse_patch
+    from vllm_compose.placement import _Alignment, _only_site_with_its_removed_lines
+
+    replace = (
+        parse_patch(b"--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n a = 1\n-b = 2\n+b = 3\n c = 4\n", "p").files[0].hunks[0]
+    )
+    insert = parse_patch(b"--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n a = 1\n+x = 0\n c = 4\n", "p").files[0].hunks[0]
+
+    def al(mapping, cats, extras=()):
+        return _Alignment(list(mapping), list(cats), 1.0, 0.5, list(extras))
+
+    holds = al([10, 11, 12], ["exact", "indentation", "exact"])
+    lacks_removed = al([20, None, 21], ["exact", None, "exact"])
+    changed_removed = al([20, 21, 22], ["exact", "changed", "exact"])
+    assert _only_site_with_its_removed_lines(replace, holds, lacks_removed)
+    assert not _only_site_with_its_removed_lines(replace, holds, changed_removed)  # it is there, rewritten
+    assert not _only_site_with_its_removed_lines(replace, changed_removed, lacks_removed)  # best lacks it as well
+    whole = al([10, 11], ["indentation", "indentation"])
+    part = al([20, None], ["exact", None])
+    assert _only_site_with_its_removed_lines(insert, whole, part)
+    assert not _only_site_with_its_removed_lines(insert, al([10, 12], ["exact", "exact"], [11]), part)  # a gap
+    assert not _only_site_with_its_removed_lines(insert, whole, al([20, 21], ["exact", "changed"]))

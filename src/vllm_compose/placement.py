@@ -1484,14 +1484,18 @@ def _place_by_context(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Place
 
 
 def _only_site_with_its_removed_lines(hunk: Hunk, best: _Alignment, rival: _Alignment) -> bool:
-    """A hunk that replaces lines can only land where they are: `best` holds every line the hunk removes (verbatim
-    but for whitespace or indentation) and `rival` lacks one of them altogether. Then the rival's agreement is
-    context only, and it is no rival."""
+    """`rival` is no rival of `best` when `best` holds what the hunk needs and `rival` lacks part of it altogether:
+    - the hunk replaces lines: `best` holds every one of them (verbatim but for whitespace or indentation) and
+      `rival` lacks one; a replacement can only land where its lines are;
+    - `best` holds every pre-image line so (re-indented, nothing in between) and `rival` lacks one: as a verbatim
+      site beats any other, the whole pre-image beats a part of it."""
+    whole = (_EXACT, _EOL, _WS, _INDENT)
     removed = [k for k, op in enumerate(op for op, _ in hunk.lines if op != "+") if op == "-"]
-    if not removed:
-        return False
-    holds = all(best.cats[k] in (_EXACT, _EOL, _WS, _INDENT) for k in removed)
-    return holds and any(rival.mapping[k] is None for k in removed)
+    if removed and all(best.cats[k] in whole for k in removed):
+        return any(rival.mapping[k] is None for k in removed)
+    if not best.extras and all(c in whole for c in best.cats):
+        return any(t is None for t in rival.mapping)
+    return False
 
 
 def _too_close(best: _Alignment, rival: _Alignment) -> bool:
