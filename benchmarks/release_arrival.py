@@ -160,13 +160,20 @@ def _added_by(patch: Path) -> str:
 
 def compose(series: Path, repo: Path, tag: str, cache: Cache, **options) -> Composer:
     composer = Composer(series, repo, cache, ComposeOptions(offline=True, keep_state=False, publish=False, **options))
-    composer.result_of_run = composer.run(tag)
+    composer.run(tag)  # its result stays on the composer (`composer.result`), with the commits and patches
     return composer
 
 
+_LINES: dict[tuple[str, str], list[str]] = {}
+
+
 def _lines(composer: Composer, commit, path: str) -> list[str]:
-    data = GitTree(composer.repo, commit.tree).read(path)
-    return split_lines(decode_text(data))[0] if data is not None else []
+    """The lines of `path` in `commit` (read once per blob: every hunk of a file is judged against them)."""
+    key = (str(commit.tree.id), path)
+    if key not in _LINES:
+        data = GitTree(composer.repo, commit.tree).read(path)
+        _LINES[key] = split_lines(decode_text(data))[0] if data is not None else []
+    return _LINES[key]
 
 
 def _contains(lines: list[str], block: list[str]) -> bool:
@@ -186,7 +193,7 @@ def truths(reviewed: Composer) -> dict[tuple[str, str, int], Truth]:
     """(entry, file, hunk) -> what the reviewed compose did with it."""
     commits = {c.outcome.id: c.commit for c in reviewed.committed}
     out: dict[tuple[str, str, int], Truth] = {}
-    for e in reviewed.result_of_run.entries:
+    for e in reviewed.result.entries:
         for h in e.hunks:
             key = (e.id, h.file, h.hunk)
             if e.status is EntryStatus.DROPPED_UPSTREAM:
@@ -226,7 +233,7 @@ def judge_ours(arrival: Composer, truth: dict, written_back: frozenset[str]) -> 
     counts = dict.fromkeys(CLASSES, 0)
     wrong = []
     commits = {c.outcome.id: c.commit for c in arrival.committed}
-    for e in arrival.result_of_run.entries:
+    for e in arrival.result.entries:
         if e.status in (EntryStatus.SKIPPED, EntryStatus.NOT_REACHED) or e.id in written_back:
             continue
         flagged = {(h.file, h.hunk) for h in (e.audit.hunks if e.audit else []) if h.verdict is AuditVerdict.MISPLACED}
@@ -260,7 +267,7 @@ def judge_gnu(arrival: Composer, truth: dict, repo: Path, tag: str, fuzz: int) -
     with tempfile.TemporaryDirectory(prefix="arrival-gnu-") as tmp:
         work = Path(tmp)
         stock = GitTree(arrival.repo, gitstore.resolve_commit(arrival.repo, f"refs/tags/{tag}").tree)
-        for e in arrival.result_of_run.entries:
+        for e in arrival.result.entries:
             if e.status not in (EntryStatus.APPLIED, EntryStatus.CONFLICT, EntryStatus.PARTLY_UPSTREAM):
                 continue
             carried = {(h.file, h.hunk) for h in e.hunks if h.resolved_by}
@@ -334,7 +341,7 @@ def maintainer_loop(series_dir: Path, repo: Path, tag: str, cache: Cache, truth:
     for _ in range(30):
         arrival_series(series_dir, tag, work, frozenset(written_back), frozenset(narrowed))
         composer = compose(work, repo, tag, cache, allow_unreviewed=allow)
-        result = composer.result_of_run
+        result = composer.result
         first = result.message.splitlines()[0][:240] if result.message else ""
         if result.status is ComposeStatus.COMPOSED:
             break

@@ -156,7 +156,7 @@ def test_a_site_lacking_what_the_best_site_holds_is_no_rival() -> None:
     """The tie-break the drift benchmark's 0.28.0#115 and 0.27.0#132 needed: a replacement only lands where the lines
     it replaces are; the whole pre-image (re-indented) beats a part of it. Anything less stays ambiguous."""
     from vllm_compose.patchfile import parse_patch
-    from vllm_compose.placement import _Alignment, _only_site_with_its_removed_lines
+    from vllm_compose.placement import _Alignment, _rival_lacks_what_best_holds
 
     replace = (
         parse_patch(b"--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n a = 1\n-b = 2\n+b = 3\n c = 4\n", "p").files[0].hunks[0]
@@ -169,11 +169,11 @@ def test_a_site_lacking_what_the_best_site_holds_is_no_rival() -> None:
     holds = al([10, 11, 12], ["exact", "indentation", "exact"])
     lacks_removed = al([20, None, 21], ["exact", None, "exact"])
     changed_removed = al([20, 21, 22], ["exact", "changed", "exact"])
-    assert _only_site_with_its_removed_lines(replace, holds, lacks_removed)
-    assert not _only_site_with_its_removed_lines(replace, holds, changed_removed)  # it is there, rewritten
-    assert not _only_site_with_its_removed_lines(replace, changed_removed, lacks_removed)  # best lacks it as well
+    assert _rival_lacks_what_best_holds(replace, holds, lacks_removed)
+    assert not _rival_lacks_what_best_holds(replace, holds, changed_removed)  # it is there, rewritten
+    assert not _rival_lacks_what_best_holds(replace, changed_removed, lacks_removed)  # best lacks it as well
     whole = al([10, 11], ["indentation", "indentation"])
     part = al([20, None], ["exact", None])
-    assert _only_site_with_its_removed_lines(insert, whole, part)
-    assert not _only_site_with_its_removed_lines(insert, al([10, 12], ["exact", "exact"], [11]), part)  # a gap
-    assert not _only_site_with_its_removed_lines(insert, whole, al([20, 21], ["exact", "changed"]))
+    assert _rival_lacks_what_best_holds(insert, whole, part)
+    assert not _rival_lacks_what_best_holds(insert, al([10, 12], ["exact", "exact"], [11]), part)  # a gap
+    assert not _rival_lacks_what_best_holds(insert, whole, al([20, 21], ["exact", "changed"]))

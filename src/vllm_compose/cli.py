@@ -541,10 +541,9 @@ def _review(args) -> int:
             chosen = [known[i] for i in args.approve]
         written = record_approvals(args.series, args.onto, chosen, args.by, args.why)
         print(f"recorded {len(written)} approvals in {args.series / 'reviews.toml'}")
+        recorded = {(a.hunk, a.landing): a for a in written}
         for x in review.items:
-            x.approval = x.approval or next(
-                (a for a in written if (a.hunk, a.landing) == (x.landing.id, x.landing.digest)), None
-            )
+            x.approval = x.approval or recorded.get((x.landing.id, x.landing.digest))
     print(render_review(review), end="")
     if args.json:
         write_json(args.json, review.to_json())

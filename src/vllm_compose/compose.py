@@ -52,7 +52,7 @@ from .results import (
     RunState,
     Severity,
 )
-from .review import Approval, Review, fill_audit, fill_reading, load_approvals, require_reviewed, review_of
+from .review import Approval, Landing, Review, fill_audit, fill_reading, load_approvals, require_reviewed, review_of
 from .series import Series, check_resolves, load_series, version_of_tag
 from .sources import entry_patch
 from .trailers import COMPOSED_BY
@@ -366,6 +366,10 @@ class Composer:
             return []
         return ["checks failed: " + "; ".join(failures)]
 
+    def landings(self) -> list[Landing]:
+        """The relocated and merged landings of the entry commits written so far, in series order."""
+        return [x for c in self.committed for x in c.outcome.landings]
+
     def _override_of(self, step: EntryReplay) -> str | None:
         """What `--allow-unreviewed` lets through in this entry (its commit records it), or None."""
         review = review_of(self.tag, step.outcome.landings, self.approvals, [step.entry])
@@ -376,8 +380,7 @@ class Composer:
     def _review_landings(self) -> list[str]:
         """Match the entries' relocated and merged landings with the series' approvals, with the audit's word on
         each; returns the refusal when a fix applied outside its `written_for` landed unreviewed."""
-        landings = [x for c in self.committed for x in c.outcome.landings]
-        review = self.result.review = review_of(self.tag, landings, self.approvals, self.series.entries)
+        review = self.result.review = review_of(self.tag, self.landings(), self.approvals, self.series.entries)
         fill_audit(
             review,
             {
@@ -508,8 +511,7 @@ def review(
     result = composer.run(tag)
     found = result.review
     if found is None:  # the compose stopped before its review stage (a conflict): the entries before the stop
-        landings = [x for c in composer.committed for x in c.outcome.landings]
-        found = review_of(tag, landings, composer.approvals, composer.series.entries)
+        found = review_of(tag, composer.landings(), composer.approvals, composer.series.entries)
         found.stopped = result.message
     trees = {c.outcome.id: GitTree(composer.repo, c.commit.tree) for c in composer.committed}
     fill_reading(found, trees, composer.patches)

@@ -1399,7 +1399,7 @@ def _place_by_context(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Place
         )
     else:
         own_note = None
-    if rival is not None and _too_close(al, rival[0]) and not _only_site_with_its_removed_lines(hunk, al, rival[0]):
+    if rival is not None and _too_close(al, rival[0]) and not _rival_lacks_what_best_holds(hunk, al, rival[0]):
         return conflict(
             f"ambiguous: {_describe(al, P)} and {_describe(rival[0], P)} agree about equally "
             f"(credit {al.credit:.2f} vs {rival[0].credit:.2f}; a margin of {MIN_MARGIN} is required)",
@@ -1483,7 +1483,7 @@ def _place_by_context(hunk: Hunk, tgt: _Target, own_base: bool = False) -> Place
     )
 
 
-def _only_site_with_its_removed_lines(hunk: Hunk, best: _Alignment, rival: _Alignment) -> bool:
+def _rival_lacks_what_best_holds(hunk: Hunk, best: _Alignment, rival: _Alignment) -> bool:
     """`rival` is no rival of `best` when `best` holds what the hunk needs and `rival` lacks part of it altogether:
     - the hunk replaces lines: `best` holds every one of them (verbatim but for whitespace or indentation) and
       `rival` lacks one; a replacement can only land where its lines are;

@@ -98,9 +98,15 @@ def _place_entry(
             pl = by_index.get(h.index) or place_hunk(h, target_lines, fp.path)
             scope = pl.scope.describe() if pl.scope else None
             ho = HunkOutcome(
-                fp.path, h.index, pl.verdict, pl.landing_line, scope, pl.evidence, resolved_by=carrier[h.index]
+                fp.path,
+                h.index,
+                pl.verdict,
+                pl.landing_line,
+                scope,
+                pl.evidence,
+                resolved_by=carrier[h.index],
+                span=None if carrier[h.index] else fpl.spans.get(h.index),
             )
-            ho.span = fpl.spans.get(h.index) if not carrier[h.index] else None
             if pl.verdict is Verdict.CONFLICT and not ho.resolved_by:
                 open_conflicts.append((fp.path, h.index, pl.evidence))
             outcome.hunks.append(ho)
