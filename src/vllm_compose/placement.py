@@ -58,7 +58,9 @@ Merging (hunk pre-image = base, post-image = ours, target window = theirs)
       changed it), the present neighbour anchors the insertion — but the nearest non-blank line the insertion
       follows (what it continues: the statement, parameter, argument or element before it) must not have been
       changed: a target line of its own where that line was is a conflict, unless exactly one such line keeps its
-      identity (the same name assigned, annotated, called or passed), which then anchors the insertion;
+      identity (the same name assigned, annotated, called or passed), which then anchors the insertion; and it
+      must not be gone with every mention of it: when nothing in the target names it any more (its name as
+      `_element_name` reads it; an import, def, class or decorator excepted), the site is gone, a conflict;
     - indentation: the nearest non-blank context line before and after the group and every removed line give an
       indentation delta (target indent minus pre-image indent).  A consistent delta re-indents the added lines; an
       inconsistent one (context nested one level deeper on one side only) is a conflict — unless the group rewrites
@@ -282,6 +284,17 @@ class _Target:
         if self._sections is None:
             self._sections = SectionIndex(self.lines)
         return self._sections
+
+    @functools.cached_property
+    def _words(self) -> frozenset[str]:
+        return frozenset(re.findall(r"\w+", "\n".join(self.lines)))
+
+    def names(self, name: str) -> bool:
+        """Whether any line of the file (code, comment or string) names `name`: as a word, or, for a string's
+        text that is not one word, anywhere."""
+        if re.fullmatch(r"\w+", name):
+            return name in self._words
+        return any(name in line for line in self.lines)
 
     def eol(self, line: str) -> str:
         """`line` written with the target's line ending."""
@@ -1038,6 +1051,31 @@ def _identity(line: str) -> str | None:
     return f"{head} {m.group(4)}"
 
 
+#: a line that is one of several peers whose order among themselves means nothing: another import, def, class or
+#: decorator the release dropped next to the hunk's does not take the hunk's site with it
+_PEER_LINE = re.compile(r"\s*(?:from\s|import\s|(?:async\s+)?def\s|class\s|@)")
+_STRING_ELEMENT = re.compile(r"[rbuRBU]{0,2}(['\"])([^'\"\\]+)\1,?")
+
+
+def _element_name(line: str) -> str | None:
+    """The name an element or statement is known by anywhere in a file: `x` for ``x=…``, ``x: T``, ``x(…)`` or
+    ``x,``; the last part of a dotted head (``self.propose(`` -> `propose`); the text of a string element
+    (``"name",``). None for an import, def, class or decorator (see `_PEER_LINE`), a keyword statement, a
+    closing bracket or a comment: nothing a search of the file could find gone."""
+    body = _strip_cr(line).strip()
+    if _PEER_LINE.match(body):
+        return None
+    s = _STRING_ELEMENT.fullmatch(body)
+    if s is not None:
+        text = s.group(2).strip()
+        return text if sum(c.isalnum() for c in text) >= 3 else None
+    m = re.match(r"\**([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*(?:[-+*/%&|^@]?=(?!=)|:|\(|,|$)", body)
+    if m is None or keyword.iskeyword(m.group(1).split(".")[0]):
+        return None
+    name = m.group(1).rsplit(".", 1)[-1]
+    return name if len(name) >= 2 else None
+
+
 def _insertion_anchors(
     P: list[str], M: list[int | None], g: _Group, tgt: _Target
 ) -> tuple[int | None, int | None] | str:
@@ -1047,9 +1085,11 @@ def _insertion_anchors(
     or element it follows, the one it precedes).  3-way merging treats a change touching the other side's change as
     a conflict; here an anchor the target changed (the alignment has no line for it) still anchors the insertion
     when exactly one target line where it was keeps its identity — the same name assigned, annotated, called or
-    passed (``source: A,`` -> ``source: A | None = None,``).  An anchor that is gone, or changed into something
-    else (``x[i] = 0`` -> ``x[i].fill_(0)``, ``a * b,`` -> ``c,``), means the insertion's site is no longer there:
-    the reason is returned.  Otherwise (re-found target line of the anchor before / after, when it is the line
+    passed (``source: A,`` -> ``source: A | None = None,``).  An anchor before the insertion that was changed into
+    something else (``x[i] = 0`` -> ``x[i].fill_(0)``, ``a * b,`` -> ``c,``), or deleted with every mention of its
+    name (``actorder: X = None,`` gone, and nothing in the file names `actorder`), means the insertion's site is no
+    longer there: the reason is returned.  (Deleted while the file still names it, it says nothing: the release
+    may have moved the value elsewhere, and the neighbours still anchor the insertion.)  Otherwise (re-found target line of the anchor before / after, when it is the line
     right next to the insertion; else None), so that the usual gap rules apply around it."""
     m = len(P)
     found: list[int | None] = [None, None]
@@ -1078,6 +1118,12 @@ def _insertion_anchors(
                 return (
                     f"the line the insertion follows, `{P[j].strip()}`, was changed in the target (target line "
                     f"{t + 1}: `{tgt.lines[t].strip()}`): the site the hunk was made for is gone"
+                )
+            name = _element_name(P[j])
+            if name is not None and not tgt.names(name):
+                return (
+                    f"the line the insertion follows, `{P[j].strip()}`, is gone from the target, and nothing in "
+                    f"it names `{name}` any more: the site the hunk was made for is gone"
                 )
 
     before = found[0] if found[0] is not None else (M[g.a - 1] if g.a > 0 else None)

@@ -9,3 +9,4 @@ class Stepper:
         offsets = self.offsets[: count + 1]
         for step in range(count):
             position += offsets[step]
+        return min(position, self.upper_bound)
