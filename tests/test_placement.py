@@ -177,3 +177,33 @@ def test_a_site_lacking_what_the_best_site_holds_is_no_rival() -> None:
     assert _rival_lacks_what_best_holds(insert, whole, part)
     assert not _rival_lacks_what_best_holds(insert, al([10, 12], ["exact", "exact"], [11]), part)  # a gap
     assert not _rival_lacks_what_best_holds(insert, whole, al([20, 21], ["exact", "changed"]))
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("        actorder: ActivationOrdering | None = None,", "actorder"),
+        ('            w_gidx_param_name="weight_g_idx",', "w_gidx_param_name"),
+        ('    "fused_q_kv_rmsnorm",', "fused_q_kv_rmsnorm"),
+        ("    WeightTransferInitInfo,", "WeightTransferInitInfo"),
+        ("        self.propose(batch)", "propose"),
+        ("        total += step", "total"),
+        ("    *rest,", "rest"),
+        ("    upper", "upper"),
+        ("from vllm.multimodal import MULTIMODAL_REGISTRY", None),
+        ("    def forward(", None),
+        ("    @staticmethod", None),
+        ("class Worker:", None),
+        ("        return x", None),
+        ("        ),", None),
+        ("        # beta is gone", None),
+        ('    "ab",', None),
+        ("    x,", None),
+    ],
+)
+def test_element_name(line, name):
+    """The name the vanished-anchor rule searches the target for: elements, parameters, keyword arguments and
+    statements have one; imports, defs, classes, decorators, keyword statements, brackets and comments do not."""
+    from vllm_compose.placement import _element_name
+
+    assert _element_name(line) == name

@@ -59,7 +59,7 @@ Merging (hunk pre-image = base, post-image = ours, target window = theirs)
       follows (what it continues: the statement, parameter, argument or element before it) must not have been
       changed: a target line of its own where that line was is a conflict, unless exactly one such line keeps its
       identity (the same name assigned, annotated, called or passed), which then anchors the insertion; and it
-      must not be gone with every mention of it: when nothing in the target names it any more (its name as
+      must not be gone with every mention of it: when nothing in a Python target names it any more (its name as
       `_element_name` reads it; an import, def, class or decorator excepted), the site is gone, a conflict;
     - indentation: the nearest non-blank context line before and after the group and every removed line give an
       indentation delta (target indent minus pre-image indent).  A consistent delta re-indents the added lines; an
@@ -1119,7 +1119,7 @@ def _insertion_anchors(
                     f"the line the insertion follows, `{P[j].strip()}`, was changed in the target (target line "
                     f"{t + 1}: `{tgt.lines[t].strip()}`): the site the hunk was made for is gone"
                 )
-            name = _element_name(P[j])
+            name = _element_name(P[j]) if tgt.is_py else None
             if name is not None and not tgt.names(name):
                 return (
                     f"the line the insertion follows, `{P[j].strip()}`, is gone from the target, and nothing in "
