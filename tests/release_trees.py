@@ -88,8 +88,17 @@ def release_files(tmp_path_factory, tag: str, paths: list[str]) -> dict[str, str
     return {path: repo[commit.tree[path].id].peel(pygit2.Blob).data.decode() for path in paths}
 
 
+#: tag -> the folder `release_tree` wrote for it, once per test session
+_RELEASE_TREES: dict[str, Path] = {}
+
+
 def release_tree(tmp_path_factory, tag: str) -> Path:
-    """A folder holding release `tag`'s files as its PyPI sdist unpacks (see `release_commit`)."""
+    """A folder holding release `tag`'s files as its PyPI sdist unpacks (see `release_commit`).
+
+    Written once per test session and shared by every test that asks (about 150 MB a release): read it, never
+    write to it. A test that edits a release copies it first (as `test_e4m3_numerics` does)."""
+    if tag in _RELEASE_TREES:
+        return _RELEASE_TREES[tag]
     repo, commit = release_commit(tmp_path_factory, tag)
     root = tmp_path_factory.mktemp(f"tree-{tag}")
 
@@ -103,6 +112,7 @@ def release_tree(tmp_path_factory, tag: str) -> Path:
                 (folder / entry.name).write_bytes(obj.data)
 
     write(commit.tree, root)
+    _RELEASE_TREES[tag] = root
     return root
 
 
