@@ -1089,8 +1089,9 @@ def _insertion_anchors(
     something else (``x[i] = 0`` -> ``x[i].fill_(0)``, ``a * b,`` -> ``c,``), or deleted with every mention of its
     name (``actorder: X = None,`` gone, and nothing in the file names `actorder`), means the insertion's site is no
     longer there: the reason is returned.  (Deleted while the file still names it, it says nothing: the release
-    may have moved the value elsewhere, and the neighbours still anchor the insertion.)  Otherwise (re-found target line of the anchor before / after, when it is the line
-    right next to the insertion; else None), so that the usual gap rules apply around it."""
+    may have moved the value elsewhere, and the neighbours still anchor the insertion.)  Otherwise (re-found target
+    line of the anchor before / after, when it is the line right next to the insertion; else None), so that the
+    usual gap rules apply around it."""
     m = len(P)
     found: list[int | None] = [None, None]
     for side, (j, step) in enumerate(((g.a - 1, -1), (g.b, 1))):
