@@ -1055,6 +1055,8 @@ def _identity(line: str) -> str | None:
 #: decorator the release dropped next to the hunk's does not take the hunk's site with it
 _PEER_LINE = re.compile(r"\s*(?:from\s|import\s|(?:async\s+)?def\s|class\s|@)")
 _STRING_ELEMENT = re.compile(r"[rbuRBU]{0,2}(['\"])([^'\"\\]+)\1,?")
+#: the head an element or statement is named by: ``x=``, ``x +=``, ``x:``, ``x(``, ``x,``, ``*x``, a bare ``x``
+_ELEMENT_HEAD = re.compile(r"\**([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*(?:[-+*/%&|^@]?=(?!=)|:|\(|,|$)")
 
 
 def _element_name(line: str) -> str | None:
@@ -1069,7 +1071,7 @@ def _element_name(line: str) -> str | None:
     if s is not None:
         text = s.group(2).strip()
         return text if sum(c.isalnum() for c in text) >= 3 else None
-    m = re.match(r"\**([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*(?:[-+*/%&|^@]?=(?!=)|:|\(|,|$)", body)
+    m = _ELEMENT_HEAD.match(body)
     if m is None or keyword.iskeyword(m.group(1).split(".")[0]):
         return None
     name = m.group(1).rsplit(".", 1)[-1]
