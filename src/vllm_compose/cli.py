@@ -622,7 +622,7 @@ def _status(args) -> int:
     from .results import ComposeStatus
     from .series import version_of_tag
     from .status import ReleaseStatus, write_marked_section
-    from .validation import ampere_gate
+    from .validation import ampere_gate, topk_relay
     from .validation.gpu_evidence import collect_gpu_evidence
 
     cache = _cache(args)
@@ -642,6 +642,9 @@ def _status(args) -> int:
                 else None
             )
             row.stock_gate = ampere_gate.gate_release(args.repo, args.series, tag, stock=True)
+        row.topk_relay, row.stock_topk_relay = topk_relay.branch_crossings(
+            args.repo, args.series, tag, composed=result.status is ComposeStatus.COMPOSED
+        )
         rows.append(row)
         print(f"{tag}: {result.status}", flush=True)
         if args.json_dir:

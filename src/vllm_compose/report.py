@@ -367,9 +367,18 @@ def _gate_cell(report, stock) -> str:
     return f"{one(report)}; stock: {one(stock)}"
 
 
+def _relay_cell(compose, stock) -> str:
+    """The top-k relay of the compose and of stock (TopkCrossing each, or None: not read)."""
+    if compose is None and stock is None:
+        return "not read"
+    return f"{compose.summary() if compose is not None else 'not read'}; stock: " + (
+        stock.summary() if stock is not None else "not read"
+    )
+
+
 def render_status(rows: list[ReleaseStatus]) -> str:
-    """Markdown: one row per release; columns: composed, audit, checks, Ampere gate (compose; stock), GPU runs, each
-    PR entry, the local fixes applied."""
+    """Markdown: one row per release; columns: composed, audit, checks, Ampere gate (compose; stock), GPU runs, the
+    IndexCache top-k relay (compose; stock), each PR entry, the local fixes applied."""
     if not rows:
         return "(no releases composed)\n"
     results = [row.compose for row in rows]
@@ -385,6 +394,7 @@ def render_status(rows: list[ReleaseStatus]) -> str:
         "checks of the composed tree",
         "Ampere gate, sm_80 + sm_86 (compose; stock)",
         "run on a GPU",
+        "PP top-k relay, IndexCache (compose; stock)",
         *pr_ids,
         "skew fixes applied",
     ]
@@ -401,6 +411,7 @@ def render_status(rows: list[ReleaseStatus]) -> str:
             _checks_cell(r),
             _gate_cell(row.gate, row.stock_gate),
             row.gpu.summary() if row.gpu is not None else "none",
+            _relay_cell(row.topk_relay, row.stock_topk_relay),
             *[_entry_cell(by_id[p]) if p in by_id else "—" for p in pr_ids],
             f"{len(fixes)}: " + ", ".join(fixes) if fixes else "0",
         ]

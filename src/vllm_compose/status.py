@@ -4,8 +4,8 @@ generated, never hand-edited.
 One row per release, one column per kind of evidence, so "composed" never stands alone for "runs":
 composed (the compose wrote its branch) / audit / checks of the composed tree / the Ampere gate (the DSA-path Triton
 kernels, derived from the release's code, compiled for sm_80 and sm_86; the stock release's verdict beside it) /
-runs on a GPU (the configurations device result files show, validation.gpu_evidence) / the PR entries / the skew
-fixes. `report.render_status(rows)` writes the Markdown; `write_marked_section` puts it between markers in a docs file so
+runs on a GPU (the configurations device result files show, validation.gpu_evidence) / the IndexCache top-k relay
+across PP stages (validation.topk_relay; the stock release's beside it) / the PR entries / the skew fixes. `report.render_status(rows)` writes the Markdown; `write_marked_section` puts it between markers in a docs file so
 the rest of the page stays hand-written.
 """
 
@@ -31,6 +31,9 @@ class ReleaseStatus:
     #: the gate's report of the stock release, or why it was not run
     stock_gate: object | str | None = None
     gpu: object | None = None  # gpu_evidence.ReleaseEvidence
+    #: how the IndexCache top-k crosses a PP stage boundary in the compose and in stock (topk_relay.TopkCrossing)
+    topk_relay: object | None = None
+    stock_topk_relay: object | None = None
 
 
 def write_marked_section(path: Path, body: str, begin: str = BEGIN, end: str = END) -> None:

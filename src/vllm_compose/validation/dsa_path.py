@@ -338,6 +338,9 @@ class AmperePath:
     composed: TreePath
     stock: TreePath
     classified: list[ClassifiedBlocker]
+    #: how the IndexCache top-k crosses a PP stage boundary, composed and stock (topk_relay.TopkCrossing)
+    topk_relay: object = None
+    stock_topk_relay: object = None
 
     def counts(self) -> dict[str, int]:
         """Blockers in all, handled by the compose, handled upstream (pruned, gated), not handled, unclassified."""
@@ -360,6 +363,8 @@ class AmperePath:
             "modules": self.composed.modules,
             "blockers": [c.to_json() for c in self.classified],
             "counts": self.counts(),
+            "topk_relay": self.topk_relay.to_json() if self.topk_relay is not None else None,
+            "stock_topk_relay": self.stock_topk_relay.to_json() if self.stock_topk_relay is not None else None,
         }
 
 
@@ -1773,7 +1778,9 @@ def ampere_path(composed: FileTree, stock: FileTree, tag: str) -> AmperePath:
                 admitted = [x.name for x in composed_path.backends if x.admits_ampere is not False]
                 detail = "the composed tree lists " + ", ".join(admitted) + " for 8.x, admitting sm_8x"
             classified.append(ClassifiedBlocker(b, Handling.REMOVED_BY_COMPOSE, detail, b))
-    return AmperePath(tag, composed_path, stock_path, classified)
+    from .topk_relay import topk_crossing
+
+    return AmperePath(tag, composed_path, stock_path, classified, topk_crossing(composed), topk_crossing(stock))
 
 
 # ----------------------------------------------------------------------------------------------------- rendering
@@ -1791,6 +1798,12 @@ def _pp(drafts: list[MtpDraft]) -> str:
     return "/".join(dict.fromkeys("yes" if d.serving.supports_pp else "**no**" for d in drafts)) or "—"
 
 
+def _relay(crossing) -> str:
+    if crossing is None:
+        return "—"
+    return "yes" if crossing.relayed else "**no**"
+
+
 def render_ampere_path(paths: list[AmperePath]) -> str:
     """Markdown: a summary row per release, then per release its serving classes, MTP draft, sparse-MLA backends for
     8.x, the modules on the path and every blocker with its guard and handling."""
@@ -1798,8 +1811,9 @@ def render_ampere_path(paths: list[AmperePath]) -> str:
         return "(no releases read)\n"
     out = [
         "| release | GLM-5.x / DeepSeek-V3.2 on CUDA | MTP draft on CUDA | draft SupportsPP (stock → composed) "
+        "| PP top-k relay, IndexCache (stock → composed) "
         "| blockers | by the compose | upstream / off on sm_8x | not handled | unclassified |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in paths:
         c = p.counts()
@@ -1808,7 +1822,8 @@ def render_ampere_path(paths: list[AmperePath]) -> str:
         pp = f"{_pp(p.stock.drafts)} → {_pp(p.composed.drafts)}"
         not_handled = f"**{c['not_handled']}**" if c["not_handled"] else "0"
         unclassified = f"**{c['unclassified']}**" if c["unclassified"] else "0"
-        row = [p.tag, models, drafts, pp, str(c["blockers"]), str(c["by_compose"]), str(c["upstream"])]
+        relay = f"{_relay(p.stock_topk_relay)} → {_relay(p.topk_relay)}"
+        row = [p.tag, models, drafts, pp, relay, str(c["blockers"]), str(c["by_compose"]), str(c["upstream"])]
         out.append("| " + " | ".join([*row, not_handled, unclassified]) + " |")
     for p in paths:
         out += ["", f"### {p.tag}", ""]
@@ -1829,6 +1844,14 @@ def render_ampere_path(paths: list[AmperePath]) -> str:
             verdict = {True: "admits sm_8x", False: "rejects sm_8x", None: "not evaluable"}[b.admits_ampere]
             backends.append(f"`{b.name}` ({verdict}: `{b.reason.removeprefix('supports_compute_capability: ')}`)")
         out.append("- sparse-MLA backends listed for 8.x: " + (", ".join(backends) or "none"))
+        if p.topk_relay is not None:
+            r = p.topk_relay
+            shares = "shares" if r.drafter_shares else "does not share"
+            out.append(
+                f"- top-k buffer across PP stages: `{r.path}` `{r.cls}`: {r.summary()} (stock: "
+                f"{p.stock_topk_relay.summary() if p.stock_topk_relay is not None else 'not read'}); the V2 "
+                f"runner's MTP drafter {shares} the target's buffer on the last stage"
+            )
         out.append(
             f"- modules on the path ({len(p.composed.modules)}): " + ", ".join(f"`{m}`" for m in p.composed.modules)
         )
