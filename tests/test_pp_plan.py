@@ -402,6 +402,16 @@ def test_json_carries_the_partition_and_every_stages_figures(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["settings"]["pp"] == 8
 
 
+def test_the_user_guides_example_is_what_pp_plan_prints():
+    guide = (ROOT / "docs" / "user-guide.md").read_text()
+    p = plan(glm5(), Settings(pp=8, gpu_memory_gib=79.2, mtp=1, bits=4, mtp_bits=16, gpu_memory_utilization=0.85))
+    assert f"VLLM_PP_LAYER_PARTITION={p.chosen.env}" in guide and f"`{p.chosen.env}`" in guide
+    assert len(p.chosen.shared_starts) == 4 and "with 4 stages starting on shared layers" in guide
+    assert p.default.kv_blocks < p.required_blocks and "the default split does not fit" in guide
+    assert round(p.chosen.kv_tokens / 1e6, 1) == 1.4 and "1.4 M KV tokens" in guide
+    assert p.all_full is not None and round((1 - p.all_full.kv_blocks / p.balanced.kv_blocks) * 100) == 62
+
+
 # --- the device comparison (device/pp_memory.py) ------------------------------------------------------------------
 
 

@@ -977,9 +977,16 @@ def render_plan(p: Plan) -> str:
         + (f"; {_loss(c, p.balanced)}" if c.sizes != p.balanced.sizes else "")
     )
     d = p.default
+    fits = f"{d.kv_tokens:,} KV tokens"
+    if d.kv_blocks < p.required_blocks:
+        t = d.tightest
+        short = p.required_blocks * t.kv_block_bytes - t.kv_bytes
+        fits = (
+            f"does not fit: stage {t.index + 1} is {_gib(short)} GiB short of one {st.model_len(shape):,}-token request"
+        )
     lines.append(
         f"vLLM's default split {d.env}: {len(d.shared_starts)} of {st.pp - 1} later stages start on a shared layer "
-        f"(starts {_starts(d)}; * = shared), {d.kv_tokens:,} KV tokens"
+        f"(starts {_starts(d)}; * = shared), {fits}"
     )
     if p.balanced.sizes != c.sizes:
         b = p.balanced
