@@ -322,12 +322,40 @@ def _artifact_parsers(sub) -> None:
     )
     pl.add_argument("--json", type=Path, metavar="FILE", help="also write the plan as JSON ('-': print only JSON)")
 
+    _pr_bump_parser(sub)
+
     s = sub.add_parser("audit-series", help="compose the series onto a release in a scratch repository (pre-commit)")
     s.add_argument("--series", default=DEFAULTS["series"], type=Path)
     s.add_argument("--onto", action="append", metavar="TAG", help="release tag to compose onto (repeatable)")
     s.add_argument("--sources", type=Path, metavar="DIR")
     s.add_argument("--cache", type=Path, metavar="DIR")
     s.add_argument("--offline", action="store_true")
+
+
+def _pr_bump_parser(sub) -> None:
+    """`pr-bump`: move a PR entry to a new revision of its PR or a takeover PR (docs/pr-bump.md)."""
+    b = sub.add_parser(
+        "pr-bump",
+        help="move a PR entry to a new revision (or a takeover PR): compose every release with it, show what changes",
+    )
+    b.add_argument("entry", metavar="ENTRY", help="the PR entry's id in series.toml, e.g. pr38476")
+    b.add_argument("--to", required=True, metavar="FILE_OR_URL", help="the new revision's diff: a file or a URL")
+    b.add_argument("--onto", required=True, nargs="+", action="extend", metavar="TAG", help="releases to compose")
+    b.add_argument("--sha256", metavar="HEX", help="the new diff's sha256 (required for a URL; checked for a file)")
+    b.add_argument("--url", help="the URL series.toml pins (default: --to when it is a URL; needed to --write a file)")
+    b.add_argument("--revision", metavar="COMMIT", help="the PR head commit the diff is of (recorded)")
+    b.add_argument("--origin", metavar="TEXT", help="where the bytes came from (recorded)")
+    b.add_argument("--pr", type=int, metavar="N", help="a takeover PR's number (default: the entry's)")
+    b.add_argument("--pr-url", help="the takeover PR's URL (default: the entry's pr_url with the number replaced)")
+    b.add_argument("--paths", nargs="+", metavar="GLOB", help="keep these files of the diff (default: the entry's)")
+    b.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
+    b.add_argument("--repo", type=Path, metavar="DIR", help="compose in DIR (objects, tags; default: a scratch one)")
+    b.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR")
+    b.add_argument("--cache", type=Path, metavar="DIR")
+    b.add_argument("--offline", action="store_true", help="use only the cache and --sources")
+    b.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+    b.add_argument("--write", action="store_true", help="update series.toml when every release composes cleanly")
+    b.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             "image-overlay": _image_overlay,
             "audit-series": _audit_series,
             "pp-plan": _pp_plan,
+            "pr-bump": _pr_bump,
         }
         return int(handler[args.command](args))
     except ComposeError as exc:
@@ -813,6 +842,36 @@ def _pp_plan(args) -> int:
     if args.json:
         write_json(args.json, result.to_json())
     return ExitCode.OK
+
+
+def _pr_bump(args) -> int:
+    from .pr_bump import BumpRequest, bump, write_bump
+    from .report import render_pr_bump, write_json
+
+    request = BumpRequest(
+        series_dir=args.series,
+        entry=args.entry,
+        to=args.to,
+        tags=args.onto,
+        sha256=args.sha256,
+        url=args.url,
+        revision=args.revision,
+        origin=args.origin,
+        pr=args.pr,
+        pr_url=args.pr_url,
+        paths=tuple(args.paths) if args.paths else None,
+        repo_dir=args.repo,
+        offline=args.offline,
+        import_smoke=not args.no_import_smoke,
+    )
+    report = bump(request, _cache(args))
+    if args.json:
+        write_json(args.json, report.to_json())
+    print(render_pr_bump(report, write=args.write), end="")
+    if args.write:  # refuses a report that is not clean: nothing is written then
+        for path in write_bump(report):
+            print(f"wrote {path}" if path.exists() else f"removed {path}")
+    return ExitCode.OK if report.clean else ExitCode.CONFLICT
 
 
 class _progress:

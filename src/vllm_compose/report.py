@@ -590,3 +590,109 @@ def render_ci_gate_issue(tag: str, gate: dict) -> str:
     ]
     lines += ["", f"Reproduce with `vllm-compose ampere-gate --onto {tag}`; fix with a skew-fix entry."]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pr-bump: a PR entry moved to a new revision
+
+
+def render_pr_bump(report, write: bool = False) -> str:
+    """`vllm-compose pr-bump`: the two revisions, the hunk map, then per release how each hunk landed with the old
+    and the new revision and what becomes of each skew fix; the verdict last (`pr_bump.BumpReport`)."""
+    from .pr_bump import FixFate, HunkChange
+
+    def pin(r) -> str:
+        rev = r.revision or "not recorded"
+        return f"PR #{r.pr}, revision {rev}, sha256 {r.sha256[:12]}, {r.patch.hunk_count} hunks"
+
+    out = [f"pr-bump {report.entry}", f"  old: {pin(report.old)}", f"  new: {pin(report.new)}"]
+    for label, r in (("old", report.old), ("new", report.new)):
+        if r.origin:
+            out.append(f"  {label} bytes from: {r.origin}")
+    out += ["", "hunk map (old revision -> new revision):"]
+    counts = {c: sum(m.change is c for m in report.matches) for c in HunkChange}
+    width = max([len(m.file) for m in report.matches] + [4])
+    for m in report.matches:
+        old = f"#{m.old}" if m.old is not None else "-"
+        new = f"#{m.new}" if m.new is not None else "-"
+        out.append(f"  {m.file.ljust(width)}  {old:>4} -> {new:<4}  {m.change}")
+    out.append("  " + ", ".join(f"{n} {c}" for c, n in counts.items()))
+    if report.rewritten or report.unmapped:
+        out += ["", "resolves rewritten through the map:"]
+        for fix, (old, new) in report.rewritten.items():
+            out.append(f"  {fix}: {_short_items(old)} -> {_short_items(new)}")
+        for fix, items in report.unmapped.items():
+            out.append(f"  {fix}: {_short_items(items)} name hunks the new revision no longer has")
+    for r in report.releases:
+        out += ["", _release_line(r)]
+        hw = max([len(_hunk_label(h.match)) for h in r.hunks] + [4])
+        ow = max([len(_landing_text(h.old)) for h in r.hunks] + [12])
+        out.append(f"  {'hunk'.ljust(hw)}  {'old revision'.ljust(ow)}  new revision")
+        for h in r.hunks:
+            out.append(f"  {_hunk_label(h.match).ljust(hw)}  {_landing_text(h.old).ljust(ow)}  {_landing_text(h.new)}")
+        verdicts = {}
+        for h in r.hunks:
+            if h.new is not None:
+                v = str(h.new.verdict)
+                verdicts[v] = verdicts.get(v, 0) + 1
+        out.append("  new revision: " + (", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) or "no hunk"))
+        for fate in (FixFate.UNNEEDED, FixFate.BROKEN):
+            for f in r.fixes:
+                if f.fate is fate:
+                    out.append(f"  fix {fate}: {f.id} ({f.reason})")
+        if r.entries is not None:
+            moved = [f"{e.id} {e.status}" for e in r.entries.entries if e.status != DiffStatus.UNCHANGED]
+            out.append("  entries against the old compose: " + (", ".join(moved) or "all unchanged"))
+        review = r.result.review
+        if review is not None and review.unreviewed:
+            out.append(
+                f"  {len(review.unreviewed)} relocated or merged landings unreviewed: vllm-compose review --onto "
+                f"{r.tag} after the move"
+            )
+        if not r.clean:
+            out.append(f"  stops: {r.result.message}")
+    out.append("")
+    if report.retired:
+        out.append("fixes retired (unneeded on every release where they apply):")
+        out += [f"  {fix}: {why}" for fix, why in report.retired.items()]
+    else:
+        out.append("fixes retired: none")
+    if report.by_hand:
+        out.append("left to a person:")
+        out += [f"  {x}" for x in report.by_hand]
+    out.append("")
+    if report.clean:
+        out.append(f"CLEAN: every release composes with the new revision ({', '.join(r.tag for r in report.releases)})")
+    else:
+        out.append(f"NOT CLEAN: {', '.join(report.stopped)} do not compose with the new revision")
+    if report.clean and not write:
+        out.append("nothing written; --write updates series.toml as above")
+    return "\n".join(out) + "\n"
+
+
+def _short_items(items: list[str]) -> str:
+    """`pr38476:vllm/x.py#3, pr38476:vllm/x.py#4` -> `x.py#3, #4` (same file) for one line per fix."""
+    parts, last = [], None
+    for item in items:
+        path, _, hunk = item.rpartition("#")
+        name = path.rsplit("/", 1)[-1]
+        parts.append(f"#{hunk}" if name == last else f"{name}#{hunk}")
+        last = name
+    return ", ".join(parts) or "-"
+
+
+def _hunk_label(m) -> str:
+    old = f"#{m.old}" if m.old is not None else "-"
+    new = f"#{m.new}" if m.new is not None else "-"
+    return f"{m.file.rsplit('/', 1)[-1]} {old}->{new}"
+
+
+def _landing_text(h) -> str:
+    if h is None:
+        return "-"
+    return str(h.verdict) + (f"→{h.resolved_by}" if h.resolved_by else "")
+
+
+def _release_line(r) -> str:
+    retired = " (the retired fixes left out)" if r.final is not None else ""
+    return f"{r.tag}: old revision {r.old.status}, new revision {r.result.status}{retired}"

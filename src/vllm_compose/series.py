@@ -79,7 +79,9 @@ _ENTRY_KEYS = {
     "requires",
     "written_for",
 }
-_SOURCE_KEYS = {"commits", "url", "sha256", "paths", "strip"}
+_SOURCE_KEYS = {"commits", "url", "sha256", "paths", "strip", "revision", "origin"}
+#: a PR head commit as people quote it: 7 to 40 lowercase hex digits (`git rev-parse --short` and up)
+_REVISION = re.compile(r"^[0-9a-f]{7,40}$")
 _SERIES_KEYS = {"name", "description"}
 
 
@@ -118,6 +120,10 @@ class Source:
     paths: tuple[str, ...] = ()
     #: leading path components to strip from the patch's file names (`patch -p`)
     strip: int = 1
+    #: the PR's head commit the content is of (7-40 hex), when known: which revision of a moving PR the series holds
+    revision: str | None = None
+    #: where the pinned bytes came from, in words (a repository and path, a download), for whoever checks the pin
+    origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -494,7 +500,38 @@ def _load_pr(chk: _Checker, table: dict, entry: Entry) -> None:
     strip = src.get("strip", 1)
     if not isinstance(strip, int) or isinstance(strip, bool) or strip < 0:
         raise chk.error("source.strip must be a non-negative integer", entry=eid, key="source.strip")
-    entry.source = Source(commits=tuple(commits), url=url, sha256=sha256, paths=tuple(paths), strip=strip)
+    revision = src.get("revision")
+    if revision is not None and (not isinstance(revision, str) or not _REVISION.match(revision)):
+        raise chk.error(
+            f"source.revision {revision!r} is not a commit id (7 to 40 lowercase hex digits)",
+            entry=eid,
+            key="source.revision",
+            hint='the PR\'s head commit the diff is of, e.g. revision = "064801dd2bc6ac2e265dc3fa1f5d803d71bde25d"',
+        )
+    if revision is not None and commits and not commits[-1].startswith(revision):
+        raise chk.error(
+            f"source.revision {revision} is not the last of source.commits ({commits[-1]})",
+            entry=eid,
+            key="source.revision",
+            hint="the revision is the PR's head: the last commit listed; drop one of the two or make them agree",
+        )
+    origin = src.get("origin")
+    if origin is not None and (not isinstance(origin, str) or not origin.strip()):
+        raise chk.error(
+            "source.origin must be a non-empty string",
+            entry=eid,
+            key="source.origin",
+            hint="say where the bytes came from, e.g. a repository, commit and path",
+        )
+    entry.source = Source(
+        commits=tuple(commits),
+        url=url,
+        sha256=sha256,
+        paths=tuple(paths),
+        strip=strip,
+        revision=revision,
+        origin=origin,
+    )
 
 
 def _load_local(chk: _Checker, directory: Path, table: dict, entry: Entry, earlier: list[str]) -> None:
