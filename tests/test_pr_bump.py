@@ -285,3 +285,22 @@ def test_a_seeded_file_with_other_bytes_is_refused_with_both_hashes(tmp_path, ca
     assert code == 3
     assert f"pr101.diff in --sources has sha256 {seeded}, the series pins {pinned}" in err
     assert not Cache().has(pinned)
+
+
+def test_after_the_write_the_branch_and_its_commit_name_the_new_revision(tmp_path: Path, capsys) -> None:
+    """What a bug report quotes: the branch carries the takeover's number, the entry commit its head revision."""
+    case = CASES / "retires-a-fix"
+    args = json.loads((case / "expected.json").read_text())["args"]
+    code, repo, series = _run(case, tmp_path, *args)
+    assert code == 0
+    argv = ["rebase", "--onto", "v1.0.0", "--series", str(series), "--repo", str(repo), "--offline", "-q"]
+    assert main([*argv, "--no-checkout", "--no-import-smoke"]) == 0, capsys.readouterr().out
+    log = subprocess.run(
+        ["git", "log", "--format=%B", "v1.0.0..compose-202-v1.0.0"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "Series-Entry: pr101" in log and "Source-Revision: 2020202" in log
+    assert "Upstream-PR: https://example.invalid/pull/202" in log

@@ -313,6 +313,9 @@ def _commit_message(entry: Entry, outcome: EntryOutcome, patch: Patch, tag: str)
         lines.append(f"Source-Sha256: {entry.source.sha256}")
     if entry.source and entry.source.commits:
         lines.append("Source-Commits: " + " ".join(entry.source.commits))
+    # which revision of a moving PR the branch holds: what a bug report must name
+    if entry.source and entry.source.revision:
+        lines.append(f"Source-Revision: {entry.source.revision}")
     lines.append(f"Onto: {tag}")
     lines += [x.trailer() for x in outcome.landings]
     if outcome.review_override:
