@@ -36,6 +36,7 @@ torch = pytest.importorskip("torch", reason="the release's model code runs on CP
 from vllm_compose.apply import apply_patches  # noqa: E402
 from vllm_compose.patchfile import parse_patch  # noqa: E402
 from vllm_compose.series import load_series  # noqa: E402
+from vllm_compose.validation.topk_relay import called_module_functions  # noqa: E402
 
 pytestmark = [pytest.mark.sdist, pytest.mark.slow]
 
@@ -146,25 +147,12 @@ class Passthrough(torch.nn.Module):
         return x
 
 
-def _module_functions_used(module: ast.Module, node: ast.AST) -> list[ast.FunctionDef]:
-    """The module-level functions `node` calls, and those they call (the patch's helpers)."""
-    defs = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)}
-    wanted: dict[str, ast.FunctionDef] = {}
-    todo = [node]
-    while todo:
-        for name in {n.id for n in ast.walk(todo.pop()) if isinstance(n, ast.Name)}:
-            if name in defs and name not in wanted:
-                wanted[name] = defs[name]
-                todo.append(defs[name])
-    return list(wanted.values())
-
-
 def stage_class(source: str, path: ModelPath, namespace: dict):
     """The release's model class (and the module functions it uses) executed in `namespace`, decorators off."""
     module = ast.parse(source)
     cls = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == path.model_class)
     cls.decorator_list = []
-    body = [*_module_functions_used(module, cls), cls]
+    body = [*called_module_functions(module, cls), cls]
     exec(compile(ast.Module(body, []), path.model_file, "exec"), namespace)  # noqa: S102 - the release's own code
     return namespace[path.model_class]
 

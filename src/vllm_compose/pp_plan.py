@@ -516,7 +516,8 @@ def activation_bytes(shape: ModelShape, settings: Settings, start: int, end: int
     * on the last stage: fp32 logits and probabilities for min(N, max_num_seqs) sampled rows, twice with MTP.
 
     Uncertainty: kernel choice changes the MoE workspaces (Triton here, as on Ampere), and allocator rounding and
-    short-lived copies are not counted; treat it as +/- 50% (0.5-2 GiB for GLM-5.x at N = 8192). The KV room it
+    short-lived copies are not counted. Measured on an H200 (docs/validation.md), vLLM's profile of a GLM-5-shaped stage
+    peaked 4.5-4.9 GB above this count at N = 8192 (3.5x): it is a floor, not a bound. The KV room it
     is subtracted from is 10-50x larger on the GPUs these models are served on."""
     n, h = settings.max_num_batched_tokens, shape.hidden
     layers = range(start, end)
@@ -1018,7 +1019,7 @@ def render_plan(p: Plan) -> str:
         "",
         "estimates: activation = the profile run's torch peak (hidden states, the indexer's prefill workspace for "
         f"max_model_len {st.model_len(shape):,}, the largest layer transient at {st.max_num_batched_tokens:,} "
-        f"batched tokens, the sampler), +/- 50%; non-torch {_gib(st.non_torch_bytes)} GiB assumed. Quantized: "
+        f"batched tokens, the sampler): a floor, measured 4.5-4.9 GB low at 8,192 batched tokens on an H200 (docs/validation.md), so keep 5 GB of slack on the tightest stage; non-torch {_gib(st.non_torch_bytes)} GiB assumed. Quantized: "
         "attention projections, indexer wq_b, MLPs and experts; bf16: embeddings, LM head, norms, router gate, "
         "indexer wk, MTP eh_proj.",
     ]

@@ -129,7 +129,7 @@ def _sets_factory(init: ast.FunctionDef) -> bool:
     )
 
 
-def _called_module_functions(module: ast.Module, node: ast.AST) -> list[ast.FunctionDef]:
+def called_module_functions(module: ast.Module, node: ast.AST) -> list[ast.FunctionDef]:
     """Module-level functions `node` names, and those they name in turn."""
     defs = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)}
     found: dict[str, ast.FunctionDef] = {}
@@ -179,7 +179,7 @@ def topk_crossing(tree: FileTree) -> TopkCrossing:
             if init is None or forward is None or not (_allocates_topk_buffer(init) and _sets_factory(init)):
                 continue
             declared: set[str] = set()
-            for fn in _called_module_functions(module, init):
+            for fn in called_module_functions(module, init):
                 declared |= _string_keys_stored(fn)
             return TopkCrossing(
                 path=path,
