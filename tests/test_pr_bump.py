@@ -304,3 +304,24 @@ def test_after_the_write_the_branch_and_its_commit_name_the_new_revision(tmp_pat
     ).stdout
     assert "Series-Entry: pr101" in log and "Source-Revision: 2020202" in log
     assert "Upstream-PR: https://example.invalid/pull/202" in log
+
+
+def test_a_change_worded_with_other_comments_is_held_by_the_tree() -> None:
+    """How a fix is found superseded: its hunk's post-image code is in the tree as a run of code lines, whatever
+    the comments (0007 against #47629's sm_89 gate); a hunk that only removes lines is never held."""
+    from vllm_compose.pr_bump import _holds
+
+    hunk = (
+        parse_patch(
+            _diff(
+                "@@ -1,3 +1,5 @@\n ok = (\n     is_cuda()\n+    # ours: fp8e4nv needs sm_89\n+    and cap(89)\n     and x\n"
+            )
+        )
+        .files[0]
+        .hunks[0]
+    )
+    tree = "ok = (\n    is_cuda()\n    # theirs: Triton stores fp8e4nv on SM89+ only\n    and cap(89)\n    and x\n)\n"
+    assert _holds(tree, hunk)
+    assert not _holds(tree.replace("cap(89)", "cap(90)"), hunk)
+    removal = parse_patch(_diff("@@ -1,2 +1,1 @@\n a = 1\n-b = 2\n")).files[0].hunks[0]
+    assert not _holds("a = 1\n", removal)

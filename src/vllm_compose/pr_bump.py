@@ -30,8 +30,11 @@ import re
 import shutil
 import tempfile
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pygit2
 
 from . import gitstore
 from .atomicfile import write_atomically
@@ -39,12 +42,13 @@ from .cache import Cache
 from .compose import ComposeOptions, Composer
 from .errors import ComposeError, RefusedError, SeriesError, SourceError
 from .index import download
-from .patchfile import FilePatch, Hunk, Patch, parse_patch
+from .patchfile import FilePatch, Hunk, Patch, decode_text, parse_patch
 from .progress import ProgressCallback
 from .results import ComposeResult, ComposeStatus, EntryOutcome, EntryStatus, HunkOutcome
 from .series import SERIES_FILE, Entry, Resolve, Series, load_series
 from .series_diff import SeriesDiff, series_diff
 from .sources import fetch_entry_patch, filter_patch_paths
+from .trees import GitTree
 
 #: a new hunk that is not the same change as an old one belongs to the old hunk holding most of its names
 #: (`_similarity`), when that is at least this share: below it the change is new. The takeover of #38476 splits
@@ -290,7 +294,8 @@ def bump(request: BumpRequest, cache: Cache, progress: ProgressCallback | None =
         olds = {tag: composes.run(series.path, tag) for tag in request.tags}
         firsts = {tag: composes.run(candidate, tag) for tag in request.tags}
         fates = {
-            tag: fix_fates(load_series(candidate), entry.id, firsts[tag], new.patch, unmapped) for tag in request.tags
+            tag: fix_fates(load_series(candidate), entry.id, firsts[tag], composes.reader(firsts[tag]), unmapped)
+            for tag in request.tags
         }
         retired, by_hand = _retirements(load_series(candidate), fates)
         finals: dict[str, ComposeResult | None] = dict.fromkeys(request.tags)
@@ -381,6 +386,17 @@ class _Composes:
 
     def run(self, series_dir: Path, tag: str) -> ComposeResult:
         return Composer(series_dir, self.repo_dir, self.cache, self.options, self.progress).run(tag)
+
+    def reader(self, result: ComposeResult) -> Callable[[str], str | None]:
+        """A file of the compose's last tree, as text (None: absent)."""
+        repo = gitstore.open_or_init_repo(self.repo_dir, create=False)
+        tree = GitTree(repo, repo[result.head].peel(pygit2.Tree)) if result.head else None
+
+        def read(path: str) -> str | None:
+            data = tree.read(path) if tree is not None else None
+            return decode_text(data) if data is not None else None
+
+        return read
 
     def entries_diff(self, old: ComposeResult, new: ComposeResult) -> SeriesDiff | None:
         """The two composes entry by entry (`series_diff` on their commits), when both composed."""
@@ -635,10 +651,15 @@ def remap_resolves(
 
 
 def fix_fates(
-    series: Series, entry_id: str, result: ComposeResult, new: Patch, unmapped: dict[str, list[str]]
+    series: Series,
+    entry_id: str,
+    result: ComposeResult,
+    read: Callable[[str], str | None],
+    unmapped: dict[str, list[str]],
 ) -> list[FixVerdict]:
     """Each local fix the compose `result` (the candidate with every fix in) applied or stopped at: needed,
-    unneeded or broken, with the evidence."""
+    unneeded or broken, with the evidence. `read(path)` gives a file of the compose's last tree (what the new
+    revision and the fixes that could be placed made of it)."""
     outcomes = {o.id: o for o in result.entries}
     pr = outcomes.get(entry_id)
     carried = {(h.file, h.hunk): h for h in (pr.hunks if pr else [])}
@@ -647,7 +668,7 @@ def fix_fates(
         o = outcomes.get(fix.id)
         if fix.kind != "local" or o is None or o.status in (EntryStatus.SKIPPED, EntryStatus.NOT_REACHED):
             continue
-        verdicts.append(_fate(fix, o, entry_id, carried, new, unmapped.get(fix.id, [])))
+        verdicts.append(_fate(fix, o, entry_id, carried, read, unmapped.get(fix.id, [])))
     return verdicts
 
 
@@ -656,7 +677,7 @@ def _fate(
     o: EntryOutcome,
     entry_id: str,
     carried: dict[tuple[str, int], HunkOutcome],
-    new: Patch,
+    read: Callable[[str], str | None],
     unmapped: list[str],
 ) -> FixVerdict:
     if unmapped:
@@ -666,10 +687,7 @@ def _fate(
     if o.status is EntryStatus.DROPPED_UPSTREAM:
         return FixVerdict(fix.id, FixFate.UNNEEDED, "all its hunks are in the tree once the new revision is applied")
     if o.status in (EntryStatus.CONFLICT, EntryStatus.PARTLY_UPSTREAM):
-        same = _made_by(fix, new)
-        if same:
-            return FixVerdict(fix.id, FixFate.UNNEEDED, f"the new revision makes the same change ({same})")
-        return FixVerdict(fix.id, FixFate.BROKEN, f"{o.status}: {o.reason}")
+        return _stopped_fate(fix, o, read)
     mine = [r for r in fix.resolves if r.entry == entry_id]
     if mine:
         alone = [(r, carried.get((r.path, r.hunk))) for r in mine]
@@ -680,25 +698,38 @@ def _fate(
     return FixVerdict(fix.id, FixFate.NEEDED, "applied")
 
 
-def _code_changes(fp: FilePatch) -> set[str]:
-    """A file's changed lines without comment-only lines: what a change does, whatever its comments say."""
-    return {line for h in fp.hunks for line in _changed_lines(h) if not line[1:].startswith(("#", "//")) and line[1:]}
+def _stopped_fate(fix: Entry, o: EntryOutcome, read: Callable[[str], str | None]) -> FixVerdict:
+    """A fix that stopped the compose: unneeded when the tree already holds what each of its hunks that did not go
+    in would write (comments aside: a takeover words them its own way), else broken, naming the hunks a person can
+    drop because the new revision makes their change itself."""
+    hunks = {(fp.path, h.index): h for fp in (fix.patch.files if fix.patch else []) for h in fp.hunks}
+    missing = [h for h in o.hunks if str(h.verdict) in ("conflict", "already-applied") and not h.resolved_by]
+    made = [h for h in missing if str(h.verdict) == "already-applied" or _holds(read(h.file), hunks[(h.file, h.hunk)])]
+    names = ", ".join(f"{h.file} hunk {h.hunk}" for h in made if str(h.verdict) == "conflict")
+    if missing and len(made) == len(missing) == len(hunks):
+        return FixVerdict(fix.id, FixFate.UNNEEDED, f"the new revision makes the same change ({names or 'all'})")
+    if names:
+        return FixVerdict(
+            fix.id,
+            FixFate.BROKEN,
+            f"{names}: the new revision makes this change itself (comments aside); drop it from the fix, whose other "
+            f"hunks {'place' if len(made) == len(missing) else 'still stop: ' + o.reason}",
+        )
+    return FixVerdict(fix.id, FixFate.BROKEN, f"{o.status}: {o.reason}")
 
 
-def _made_by(fix: Entry, new: Patch) -> str:
-    """Where the new revision makes every code change of `fix` itself (`<file> hunk N, ...`), or ''."""
-    if fix.patch is None or not fix.patch.files:
-        return ""
-    by_path = {f.path: f for f in new.files}
-    where = []
-    for fp in fix.patch.files:
-        mine = _code_changes(fp)
-        theirs = by_path.get(fp.path)
-        if not mine or theirs is None or not mine <= _code_changes(theirs):
-            return ""
-        hunks = [h.index for h in theirs.hunks if mine & set(_changed_lines(h))]
-        where.append(f"{fp.path} hunk {', '.join(map(str, hunks))}")
-    return "; ".join(where)
+def _code(lines: list[str]) -> list[str]:
+    """Lines without blank and comment-only ones, whitespace stripped: code as it reads whatever its comments."""
+    return [x.strip() for x in lines if x.strip() and not x.strip().startswith(("#", "//"))]
+
+
+def _holds(text: str | None, hunk: Hunk) -> bool:
+    """Whether `text` holds the hunk's post-image code (and it adds some) as a run of its own code lines."""
+    want = _code(hunk.post_image)
+    if text is None or not _code([line for op, line in hunk.lines if op == "+"]):
+        return False
+    have = _code(text.splitlines())
+    return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1))
 
 
 def _retirements(series: Series, fates: dict[str, list[FixVerdict]]) -> tuple[dict[str, str], list[str]]:
