@@ -7,8 +7,8 @@ interpreter, once clean and once with a serving environment's plugin loaded (it 
 config, as vLLM's VLLM_TRITON_FORCE_FIRST_CONFIG does once a vLLM is imported into the process): the polluted run
 fails the check. The environment cases build real venvs in the test's cache: the pins-free one in seconds, the
 gate's own (torch 2.13.0, Triton 3.6.0; about 35 s from a local wheel) once in the real cache, where the worker
-then gates the stock v0.26.0 sdist tree with that same plugin on PYTHONPATH and VLLM_* set, and derives the
-recorded counts.
+then gates the stock v0.26.0 sdist tree with that plugin on PYTHONPATH (set to drop every launch; the
+environment's interpreter started without -I does load it) and VLLM_* set, and derives the recorded counts.
 """
 
 from __future__ import annotations
@@ -166,7 +166,11 @@ def _first_config_only(self, *args, **kwargs):
 
 
 Autotuner.run = _first_config_only
-os.environ["VLLM_COMPOSE_TEST_POLLUTER_LOADED"] = "1"
+if os.environ.get("POLLUTER_DROPS_LAUNCHES") == "1":  # the worker case's: every launch lost, whatever the tree
+    from triton.runtime.jit import JITFunction
+
+    JITFunction.run = lambda self, *args, **kwargs: None
+os.environ["POLLUTER_LOADED"] = "1"
 """
 
 REGISTRY = """\
@@ -303,12 +307,18 @@ def gate_env():
 def test_the_worker_derives_the_recorded_counts_whatever_the_calling_environment_holds(
     gate_env, release_v0260, polluter, monkeypatch, tmp_path
 ):
+    import subprocess
+
     from vllm_compose.validation.ampere_gate import _report
     from vllm_compose.validation.gate_env import run_in_environment
 
     monkeypatch.setenv("PYTHONPATH", str(polluter))
+    monkeypatch.setenv("POLLUTER_DROPS_LAUNCHES", "1")
     monkeypatch.setenv("VLLM_TRITON_FORCE_FIRST_CONFIG", "1")
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
+    # the control: the environment's interpreter started without -I loads the polluter (and would derive nothing)
+    probe = [str(gate_env.python), "-c", "import os; print(os.environ.get('POLLUTER_LOADED'))"]
+    assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "1"
     result = run_in_environment(gate_env, release_v0260, "stock v0.26.0", ((8, 0), (8, 6)))
     assert result["environment"]["versions"]["triton"] == "3.6.0"
     assert result["environment"]["python"].startswith(str(gate_env.path))
