@@ -326,3 +326,20 @@ def test_the_worker_derives_the_recorded_counts_whatever_the_calling_environment
     report.coverage_check = coverage_record.check(report, "v0.26.0", "stock", TOOLS, coverage_record.load_record())
     assert report.coverage_check.state == "as recorded", "\n".join(report.coverage_check.lines())
     assert not report.compiles  # stock v0.26.0 fails on fp8e4nv below sm_89: the gate's finding, unchanged
+
+
+@pytest.mark.slow
+def test_the_workers_errors_come_back_typed_and_an_untyped_one_as_what_it_is(gate_env, tmp_path):
+    from vllm_compose.validation.gate_env import run_in_environment
+    from vllm_compose.validation.kernel_launches import DriverError
+
+    registry = tmp_path / "tree" / "vllm" / "model_executor" / "models" / "registry.py"
+    registry.parent.mkdir(parents=True)
+    registry.write_text("_MODELS = {}\n")
+    with pytest.raises(DriverError, match="no DSA architecture") as err:
+        run_in_environment(gate_env, tmp_path / "tree", "no-dsa", ((8, 0),))
+    assert err.value.hint == "pass the folder that holds vllm/ of a vLLM release tree"
+    registry.write_text("_MODELS = {\n")  # the release's own file does not parse: not the environment's fault
+    with pytest.raises(ComposeError, match="derivation of broken failed: SyntaxError") as err:
+        run_in_environment(gate_env, tmp_path / "tree", "broken", ((8, 0),))
+    assert not isinstance(err.value, GateEnvironmentError) and "--tree DIR" in err.value.hint

@@ -297,6 +297,18 @@ def _worker() -> None:
         result["environment"] = {"python": sys.executable, "versions": versions}
     except ComposeError as exc:
         result = {"error": {"type": type(exc).__name__, **exc.to_json()}}
+    except Exception as exc:  # a failure the derivation does not type: said as the error it is, not as the env's
+        import traceback
+
+        where = "".join(traceback.format_exception(exc)[-3:]).strip()
+        result = {
+            "error": {
+                "type": "ComposeError",
+                "message": f"the Ampere gate's derivation of {request['label']} failed: {type(exc).__name__}: {exc}",
+                "hint": f"the release's code or a driver raised it ({where[-600:]}); "
+                "`vllm-compose ampere-gate --tree DIR` reproduces it on the exported tree",
+            }
+        }
     out.write_text(json.dumps(result))
 
 
