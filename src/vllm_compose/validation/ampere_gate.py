@@ -91,6 +91,8 @@ class AmpereGateReport:
     coverage_check: CoverageCheck | None = None
     #: where the derivation ran: the gate environment's interpreter and its torch / Triton versions
     environment: dict[str, Any] | None = None
+    #: whether the tree relays the IndexCache top-k across PP stages (topk_relay.TopkCrossing); reported, not judged
+    topk_relay: Any = None
 
     @property
     def missing_methods(self) -> list[tuple[str, str, str]]:
@@ -117,6 +119,7 @@ class AmpereGateReport:
             "impl_contracts": [c.to_json() for c in self.contracts],
             "coverage_check": self.coverage_check.to_json() if self.coverage_check else None,
             "environment": self.environment,
+            "topk_relay": self.topk_relay.to_json() if self.topk_relay is not None else None,
         }
 
 
@@ -311,6 +314,8 @@ def render(report: AmpereGateReport) -> str:
     if report.environment is not None:
         versions = ", ".join(f"{n} {v}" for n, v in report.environment.get("versions", {}).items())
         lines.append(f"derived in the gate's environment {Path(report.environment['python']).parents[1]} ({versions})")
+    if report.topk_relay is not None:
+        lines.append(f"PP top-k relay (IndexCache, not judged by this gate): {report.topk_relay.summary()}")
     check = report.coverage_check
     if check is not None:
         lines += check.lines()
@@ -351,7 +356,9 @@ def gate_release(
     import tempfile
 
     from ..errors import ComposeError
+    from ..trees import DirTree
     from . import coverage_record
+    from .topk_relay import topk_crossing
 
     release = (tag, "stock" if stock else "composed") if tag else None
     if record and release is None:
@@ -362,6 +369,7 @@ def gate_release(
         if not (Path(tree) / "vllm").is_dir():
             raise ComposeError(f"--tree {tree} holds no vllm/ folder", hint="pass the folder that holds vllm/")
         report = gate_in_environment(Path(tree), label=str(tree), release=release, progress=progress)
+        report.topk_relay = topk_crossing(DirTree(Path(tree)))
         version = tree_version(Path(tree))
     else:
         if not tag:
@@ -378,6 +386,7 @@ def gate_release(
         with tempfile.TemporaryDirectory(prefix="vllm-compose-ampere-gate-") as tmp:
             exported = export_revision(repo_dir, rev, Path(tmp))
             report = gate_in_environment(exported, label=label, release=release, progress=progress)
+            report.topk_relay = topk_crossing(DirTree(exported))
     if record:
         tools = report.coverage_check.tools
         updated = coverage_record.with_counts(coverage_record.load_record(), report, *release, tools)
