@@ -259,10 +259,17 @@ def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
 @pytest.fixture
 def gate_says(monkeypatch):
     from vllm_compose.validation import ampere_gate
+    from vllm_compose.validation.gate_env import GateEnvironmentError
 
     def set_result(ok: bool | None, unavailable: str | None = None) -> None:
-        monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: unavailable)
-        monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": gate_report(bool(ok)))
+        def gate(tree, label="", release=None, **kw):
+            if unavailable is not None:
+                what = f"the Ampere gate's environment could not be created: {unavailable}"
+                raise GateEnvironmentError(what, hint="check that pip reaches your package index, or --no-ampere-gate")
+            assert release == ("v0.26.0", "composed")  # the artifact names the release its record is of
+            return gate_report(bool(ok))
+
+        monkeypatch.setattr(ampere_gate, "gate_in_environment", gate)
 
     return set_result
 
@@ -280,11 +287,12 @@ def test_wheel_refuses_a_compose_that_fails_the_ampere_gate(composed, gate_says,
 
 
 def test_wheel_refuses_where_the_gate_cannot_run_and_says_how_to_proceed(composed, gate_says, capsys) -> None:
-    gate_says(True, unavailable="triton is not installed")
-    assert main(_gated_wheel_argv(composed)) == 2
+    # the machine's problem (no index for the gate's torch), not the series': exit 3, not 2
+    gate_says(True, unavailable="pip install torch==2.13.0 triton==3.6.0 failed: no matching distribution")
+    assert main(_gated_wheel_argv(composed)) == 3
     err = capsys.readouterr().err
-    assert "cannot run here: triton is not installed" in err
-    assert "pip install -e '.[gate]'" in err and "--no-ampere-gate" in err
+    assert "environment could not be created: pip install torch==2.13.0 triton==3.6.0 failed" in err
+    assert "package index" in err and "--no-ampere-gate" in err
     assert not composed["out"].exists() or not list(composed["out"].iterdir())
 
 

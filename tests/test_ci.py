@@ -152,8 +152,7 @@ def test_compose_release_gate_refusal_writes_issue_body_naming_the_kernels(tmp_p
 
     from vllm_compose.validation import ampere_gate
 
-    monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: None)
-    monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": gate_report(False))
+    monkeypatch.setattr(ampere_gate, "gate_in_environment", lambda tree, label="", **kw: gate_report(False))
     series, repo = _toy(tmp_path)
     out = tmp_path / "out"
     rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", str(make_stock_wheel(tmp_path / "stock")))

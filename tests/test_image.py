@@ -202,8 +202,7 @@ def test_a_compose_failing_the_ampere_gate_leaves_site_packages_untouched(toy_im
     from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
 
     failing = AmpereGateReport("toy", kernels=[KernelVerdict("vllm.k", "_k", 86, 1, 1, "fp8e4nv not supported")])
-    monkeypatch.setattr(ampere_gate, "gate_unavailable", lambda: None)
-    monkeypatch.setattr(ampere_gate, "gate_tree", lambda tree, label="": failing)
+    monkeypatch.setattr(ampere_gate, "gate_in_environment", lambda tree, label="", **kw: failing)
     before = {p: p.read_bytes() for p in toy_image["site"].rglob("*") if p.is_file()}
     report = tmp_path / "overlay.json"
     rc = overlay(toy_image, "--json", str(report), ampere_gate=True)

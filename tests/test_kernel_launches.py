@@ -31,7 +31,9 @@ torch = pytest.importorskip("torch", reason="deriving launches runs the release'
 from release_trees import composed_tree, release_tree  # noqa: E402
 
 from vllm_compose import cli  # noqa: E402
+from vllm_compose.validation import coverage_record  # noqa: E402
 from vllm_compose.validation.ampere_gate import gate_tree, recorded_coverage, render  # noqa: E402
+from vllm_compose.validation.gate_env import GATE_REQUIREMENTS, _pins  # noqa: E402
 from vllm_compose.validation.kernel_gate import run_gate  # noqa: E402
 from vllm_compose.validation.kernel_launches import (  # noqa: E402
     Driver,
@@ -245,6 +247,13 @@ def test_cli_bad_input_exits_3(tmp_path, capsys):
 
 
 # --- real releases -------------------------------------------------------------------------------------------------
+# This interpreter holds the gate's pins (the test extra), so its derivation of a release must give the counts the
+# gate's own environment recorded (validation/ampere_gate_coverage.json): each real-release case checks them too.
+
+
+def _assert_as_recorded(report, tag: str, kind: str) -> None:
+    check = coverage_record.check(report, tag, kind, _pins(GATE_REQUIREMENTS), coverage_record.load_record())
+    assert check.state == "as recorded", "\n".join(check.lines())
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +270,7 @@ def test_stock_0_26_0_fails_on_the_fused_indexer_q_kernel_and_the_ragged_decode_
     outcomes = {o.driver: o.status for o in report.drivers["sm_80"]}
     assert outcomes["mqa_logits_triton (PR #38476 indexer logits)"] == "not on path"
     assert "FAIL" in render(report).splitlines()[-1]
+    _assert_as_recorded(report, "v0.26.0", "stock")
 
 
 @pytest.mark.sdist
@@ -272,6 +282,7 @@ def test_stock_0_29_on_fails_on_the_deepseek_v32_fused_kernels_and_the_ragged_de
     assert failed == {"_fused_q_kernel", "_fused_norm_rope_kernel", pack}
     assert all("fp8e4nv not supported" in k.reason for k in report.kernels if not k.ok)
     assert not report.ok
+    _assert_as_recorded(report, tag, "stock")
 
 
 def _composed(tag: str) -> Path:
@@ -285,6 +296,7 @@ def test_composed_0_26_0_passes_and_covers_the_recorded_dsa_path_kernels():
     assert coverage["missing"] == [] and len(coverage["covered"]) == 9
     assert coverage["outside_dsa_path"] > 0  # the runner and sampler kernels: recorded, not derived
     assert "_fused_indexer_q_rope_quant_kernel" not in {k.qualname for k in report.kernels}
+    _assert_as_recorded(report, "v0.26.0", "composed")
 
 
 @pytest.mark.parametrize("tag", ["v0.29.0", "v0.30.0", "v0.31.0", "v0.32.0", "v0.33.0"])
@@ -296,6 +308,7 @@ def test_composed_0_29_on_passes(tag):
         k.qualname for k in report.kernels
     }
     json.dumps(report.to_json())
+    _assert_as_recorded(report, tag, "composed")
 
 
 #: the series entries that fix stock kernels for sm_80/86, per release: the deepseek_v32 fused kernels (0025-0027)

@@ -67,3 +67,16 @@ def test_a_tree_without_the_registry_says_why(tmp_path):
     crossing = topk_crossing(DirTree(tmp_path))
     assert crossing.path is None and not crossing.relayed
     assert crossing.summary().startswith("no DSA top-k buffer (")
+
+
+def test_the_gate_report_says_whether_the_relay_is_in(tmp_path_factory):
+    from vllm_compose.validation.ampere_gate import AmpereGateReport, render
+
+    stock, path, composed = _trees(tmp_path_factory, "v0.33.0")
+    report = AmpereGateReport(
+        "compose-38476-v0.33.0", topk_relay=topk_crossing(OverlayTree(stock, {path: composed.encode()}))
+    )
+    assert "PP top-k relay (IndexCache, not judged by this gate): relayed (topk_indices)" in render(report)
+    assert report.to_json()["topk_relay"]["relayed"] is True
+    report.topk_relay = topk_crossing(stock)
+    assert "PP top-k relay (IndexCache, not judged by this gate): **not relayed**" in render(report)

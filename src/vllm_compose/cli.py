@@ -178,7 +178,17 @@ def _parser() -> argparse.ArgumentParser:
     ag.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
     ag.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (names the branch)")
     ag.add_argument("--stock", action="store_true", help="gate the release tag itself, not its compose branch")
-    ag.add_argument("--tree", type=Path, metavar="DIR", help="gate a plain folder holding vllm/ instead")
+    ag.add_argument(
+        "--tree",
+        type=Path,
+        metavar="DIR",
+        help="gate a plain folder holding vllm/ instead (with --onto TAG [--stock]: checked against TAG's record)",
+    )
+    ag.add_argument(
+        "--record-coverage",
+        action="store_true",
+        help="write this run's launch counts as the release's coverage record (after review; see docs/ampere-path.md)",
+    )
     ag.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
     sc = sub.add_parser(
         "semantic-check", help="type-check a compose branch against its release (ty) and name each new finding's entry"
@@ -697,7 +707,14 @@ def _status(args) -> int:
     cache = _cache(args)
     options = compose.ComposeOptions(offline=args.offline, keep_state=False, init=args.init)
     gpu = collect_gpu_evidence(args.gpu_results)
-    unavailable = None if args.no_ampere_gate else ampere_gate.gate_unavailable()
+    unavailable = None
+    if not args.no_ampere_gate:
+        from .validation.gate_env import GateEnvironmentError
+
+        try:
+            ampere_gate.prepare_environment(_say)
+        except GateEnvironmentError as exc:
+            unavailable = exc.message
     rows = []
     for tag in args.onto:
         result = compose.Composer(args.series, args.repo, cache, options).run(tag)
@@ -744,10 +761,17 @@ def _ampere_path(args) -> int:
     return ExitCode.OK
 
 
+def _say(line: str) -> None:
+    """A progress line of a long step (the gate's environment being built), on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _ampere_gate(args) -> int:
     from .validation.ampere_gate import gate_release, render, write_report
 
-    report = gate_release(args.repo, args.series, args.onto, stock=args.stock, tree=args.tree)
+    report = gate_release(
+        args.repo, args.series, args.onto, stock=args.stock, tree=args.tree, record=args.record_coverage, progress=_say
+    )
     print(render(report), end="")
     if args.json:
         write_report(args.json, report)

@@ -358,10 +358,17 @@ def _gate_cell(report, stock) -> str:
             return f"not run ({r})"
         bad = sorted({k.qualname for k in r.kernels if not k.ok})
         missing = sorted({f"impl.{m}() missing" for _b, m, _site in r.missing_methods})
+        check = getattr(r, "coverage_check", None)
+        if check is not None and not check.ok:
+            missing.append(f"coverage {check.state}")
         specs = sum(r.derived.values())
         methods = sum(len(c.answers) for c in r.contracts)
         if not bad and not missing:
-            return f"pass ({len(r.kernels)} kernel x arch, {specs} specializations; impl answers {methods} methods)"
+            unrecorded = "; coverage unrecorded" if check is not None and not check.recorded else ""
+            return (
+                f"pass ({len(r.kernels)} kernel x arch, {specs} specializations; impl answers {methods} methods"
+                f"{unrecorded})"
+            )
         return f"FAIL ({len(bad) + len(missing)}: {', '.join(bad + missing)})"
 
     return f"{one(report)}; stock: {one(stock)}"

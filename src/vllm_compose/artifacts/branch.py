@@ -232,7 +232,7 @@ def ampere_gate(branch: ComposedBranch):
     from ..validation.ampere_gate import export_tree, require_gate
 
     with tempfile.TemporaryDirectory(prefix="vllm-compose-gate-") as tmp:
-        return require_gate(export_tree(branch.composed_tree(), Path(tmp)), branch.branch)
+        return require_gate(export_tree(branch.composed_tree(), Path(tmp)), branch.branch, tag=branch.tag)
 
 
 def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:

@@ -215,7 +215,7 @@ def overlay_site_packages(
         if ampere_gate:
             # before anything is written into site-packages: the composed files' DSA kernels for sm_80/86
             try:
-                report = require_gate(export_tree(target, scratch / "gate"), branch.branch)
+                report = require_gate(export_tree(target, scratch / "gate"), branch.branch, tag=tag)
             except RefusedError as exc:
                 result.status = OverlayStatus.REFUSED
                 result.ampere_gate_error = exc.message

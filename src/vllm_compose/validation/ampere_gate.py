@@ -1,11 +1,18 @@
 """The Ampere gate of a release tree: its DSA-path kernel launches, derived on a CPU, compiled for sm_80 and sm_86.
 
-`gate_tree` runs `kernel_launches.derive_launches` for each Ampere capability (the release's own capability
-choices differ between sm_80 and sm_86 only where its code asks), deduplicates the specializations and compiles
-them with `kernel_gate.run_gate` for that capability's target. `export_revision` writes a compose branch or a
-release tag of a git repository to a folder, as the loader reads plain files. `recorded_coverage` compares the
-derived kernel names with a GPU recording (kernels/composed-v0.26.0-sm80.json): the recording holds every Triton
-kernel of the runs, the runner and sampler kernels too, which are outside the DSA path and not derived here.
+`derive_and_compile` runs `kernel_launches.derive_launches` for each Ampere capability (the release's own
+capability choices differ between sm_80 and sm_86 only where its code asks), deduplicates the specializations and
+compiles them with `kernel_gate.run_gate` for that capability's target. `gate_in_environment` is the gate as the
+commands run it: that step in the tool's own environment (`gate_env`: pinned torch and Triton, nothing else
+importable), the impl contracts read here, and the counts checked against the release's record (`coverage_record`):
+a run that reaches less than the recorded one fails. `gate_tree` is the same in this interpreter, for the tests,
+which run in an environment holding the same pins. `export_revision` writes a compose branch or a release tag of a
+git repository to a folder, as the loader reads plain files. `recorded_coverage` compares the derived kernel names
+with a GPU recording (kernels/composed-v0.26.0-sm80.json): the recording holds every Triton kernel of the runs, the
+runner and sampler kernels too, which are outside the DSA path and not derived here.
+
+This module imports only the standard library, the error base and the derivation at module level: the worker runs
+it in the gate's environment, which holds torch and Triton but none of the tool's dependencies.
 """
 
 from __future__ import annotations
@@ -14,12 +21,14 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..trees import DirTree
-from .impl_contract import BackendContract, impl_contracts
 from .kernel_gate import GateResult, load_records, run_gate
 from .kernel_launches import Derivation, DriverOutcome, derive_launches, release_loader
+
+if TYPE_CHECKING:
+    from .coverage_record import CoverageCheck
+    from .impl_contract import BackendContract
 
 #: the capabilities gated: A100 (sm_80) and the GA10x GPUs (RTX 30xx, A10, A40: sm_86)
 CAPABILITIES: tuple[tuple[int, int], ...] = ((8, 0), (8, 6))
@@ -61,6 +70,11 @@ class KernelVerdict:
             "reason": self.reason,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KernelVerdict:
+        target = int(str(d["target"]).removeprefix("sm_"))
+        return cls(d["module"], d["qualname"], target, d["specializations"], d["failed"], d["reason"])
+
 
 @dataclass
 class AmpereGateReport:
@@ -73,6 +87,12 @@ class AmpereGateReport:
     coverage: dict[str, Any] | None = None
     #: the methods the DSA path calls on an impl, against each Ampere sparse-MLA backend's impl (`impl_contract`)
     contracts: list[BackendContract] = field(default_factory=list)
+    #: the counts against the release's record (`coverage_record`); None when the tree was not named as a release
+    coverage_check: CoverageCheck | None = None
+    #: where the derivation ran: the gate environment's interpreter and its torch / Triton versions
+    environment: dict[str, Any] | None = None
+    #: whether the tree relays the IndexCache top-k across PP stages (topk_relay.TopkCrossing); reported, not judged
+    topk_relay: Any = None
 
     @property
     def missing_methods(self) -> list[tuple[str, str, str]]:
@@ -80,8 +100,13 @@ class AmpereGateReport:
         return [(c.backend, a.name, a.sites[0].site) for c in self.contracts for a in c.missing]
 
     @property
-    def ok(self) -> bool:
+    def compiles(self) -> bool:
+        """Every derived specialization compiles and every impl answers: the gate's verdict before its reach."""
         return bool(self.kernels) and all(k.ok for k in self.kernels) and not self.missing_methods
+
+    @property
+    def ok(self) -> bool:
+        return self.compiles and (self.coverage_check is None or self.coverage_check.ok)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +117,9 @@ class AmpereGateReport:
             "specializations": self.derived,
             "coverage": self.coverage,
             "impl_contracts": [c.to_json() for c in self.contracts],
+            "coverage_check": self.coverage_check.to_json() if self.coverage_check else None,
+            "environment": self.environment,
+            "topk_relay": self.topk_relay.to_json() if self.topk_relay is not None else None,
         }
 
 
@@ -106,11 +134,15 @@ def _verdicts(records: list[dict[str, Any]], results: list[GateResult], target: 
     return out
 
 
-def gate_tree(
+def derive_and_compile(
     tree: Path, label: str = "", capabilities: tuple[tuple[int, int], ...] = CAPABILITIES
-) -> AmpereGateReport:
-    """Derive and compile the DSA-path launches of the tree `tree` (the folder holding `vllm/`)."""
-    report = AmpereGateReport(label or str(tree))
+) -> dict[str, Any]:
+    """Derive and compile the DSA-path launches of the tree `tree` (the folder holding `vllm/`) in this
+    interpreter: per kernel and target the verdicts, per target the drivers' outcomes and the distinct
+    specializations (JSON-ready: the gate's worker sends it back as it is)."""
+    kernels: list[KernelVerdict] = []
+    drivers: dict[str, list[dict[str, Any]]] = {}
+    derived: dict[str, int] = {}
     for cap in capabilities:
         derivation: Derivation = derive_launches(tree, cap, label=label)
         target = cap[0] * 10 + cap[1]
@@ -119,11 +151,61 @@ def gate_tree(
             results = run_gate(derivation.records, tree, targets=((target, 32),), loader=loader)
         finally:
             loader.close()
-        report.kernels += _verdicts(derivation.records, results, target)
-        report.drivers[f"sm_{target}"] = derivation.outcomes
-        report.derived[f"sm_{target}"] = len(derivation.records)
-    report.kernels.sort(key=lambda k: (k.module, k.qualname, k.target))
+        kernels += _verdicts(derivation.records, results, target)
+        drivers[f"sm_{target}"] = [o.to_dict() for o in derivation.outcomes]
+        derived[f"sm_{target}"] = len(derivation.records)
+    kernels.sort(key=lambda k: (k.module, k.qualname, k.target))
+    return {"kernels": [k.to_dict() for k in kernels], "drivers": drivers, "derived": derived}
+
+
+def _report(label: str, result: dict[str, Any], tree: Path) -> AmpereGateReport:
+    from ..trees import DirTree
+    from .impl_contract import impl_contracts
+
+    report = AmpereGateReport(label or str(tree))
+    report.kernels = [KernelVerdict.from_dict(k) for k in result["kernels"]]
+    report.drivers = {t: [DriverOutcome(**o) for o in outs] for t, outs in result["drivers"].items()}
+    report.derived = dict(result["derived"])
+    report.environment = result.get("environment")
     report.contracts = impl_contracts(DirTree(tree))
+    return report
+
+
+def gate_tree(
+    tree: Path, label: str = "", capabilities: tuple[tuple[int, int], ...] = CAPABILITIES
+) -> AmpereGateReport:
+    """The gate of the tree `tree` in this interpreter, without the coverage check (the tests' entry: their
+    environment holds the gate's pins; the commands use `gate_in_environment`)."""
+    return _report(label, derive_and_compile(Path(tree), label, capabilities), Path(tree))
+
+
+def prepare_environment(progress=None):
+    """The gate's environment under the cache (`gate_env`), created when it is not there yet; raises
+    `GateEnvironmentError` (exit 3) when it cannot be."""
+    from ..cache import default_cache_root
+    from .gate_env import ensure_environment, environment_for
+
+    return ensure_environment(environment_for(default_cache_root()), progress=progress)
+
+
+def gate_in_environment(
+    tree: Path,
+    label: str = "",
+    release: tuple[str, str] | None = None,
+    progress=None,
+    record_file: Path | None = None,
+) -> AmpereGateReport:
+    """The gate of `tree` as the commands run it: derived and compiled in the tool's own environment (created on
+    first use), the impl contracts, and, when `release` names the tree as (tag, "composed" | "stock"), its counts
+    against that release's record. Raises `GateEnvironmentError` (exit 3) when the environment cannot be made."""
+    from . import coverage_record
+    from .gate_env import _pins, run_in_environment
+
+    env = prepare_environment(progress)
+    report = _report(label, run_in_environment(env, Path(tree), label, CAPABILITIES), Path(tree))
+    if release is not None:
+        record = coverage_record.load_record(record_file or coverage_record.RECORD_FILE)
+        report.coverage_check = coverage_record.check(report, *release, _pins(env.requirements), record)
     return report
 
 
@@ -178,45 +260,30 @@ def export_tree(tree, dest: Path) -> Path:
     return Path(dest)
 
 
-#: the install command that brings what the gate needs (README: libraries)
-GATE_INSTALL = "pip install -e '.[gate]'"
-
-
-def gate_unavailable() -> str | None:
-    """None when this interpreter can run the gate; otherwise why not (the gate needs Triton, with the
-    `knobs.runtime.jit_cache_hook` of Triton 3.6, and torch: a CPU build is enough)."""
-    try:
-        import torch  # noqa: F401
-        import triton
-    except ImportError as exc:
-        return f"{exc.name or exc} is not installed"
-    if getattr(getattr(getattr(triton, "knobs", None), "runtime", None), "jit_cache_hook", "absent") == "absent":
-        return f"Triton {triton.__version__} has no knobs.runtime.jit_cache_hook (the gate was built on Triton 3.6)"
-    return None
-
-
-def require_gate(tree: Path, label: str) -> AmpereGateReport:
-    """The gate of `tree`, for an artifact about to be built from it: raise `RefusedError` (exit 2) when a kernel
-    fails to compile for sm_80/86, or when this interpreter cannot run the gate; return the passing report."""
+def require_gate(tree: Path, label: str, tag: str | None = None) -> AmpereGateReport:
+    """The gate of `tree`, the compose of release `tag`, for an artifact about to be built from it: raise
+    `RefusedError` (exit 2) when a kernel fails to compile for sm_80/86, an impl lacks a method, or the run reaches
+    less (or more) than the release's record; `GateEnvironmentError` (exit 3) when the gate's environment cannot
+    be made. Return the passing report."""
     from ..errors import RefusedError
 
-    reason = gate_unavailable()
-    if reason is not None:
-        raise RefusedError(
-            f"the Ampere gate cannot run here: {reason}; no artifact was built from {label}",
-            hint=f"{GATE_INSTALL} (Triton 3.6.0 and a CPU torch), or pass --no-ampere-gate to build without the "
-            "proof that the DSA kernels compile for sm_80/86 (recorded in the report)",
-        )
-    report = gate_tree(Path(tree), label=label)
+    report = gate_in_environment(Path(tree), label=label, release=(tag, "composed") if tag else None)
     if not report.ok:
         failed = sorted({f"{k.qualname} (sm_{k.target}): {k.reason}" for k in report.kernels if not k.ok})
         failed += [f"{b}'s impl has no {m}(), which {site} calls" for b, m, site in report.missing_methods]
+        check = report.coverage_check
+        if check is not None and not check.ok:
+            failed += [f"coverage {check.state}: " + "; ".join(d.line() for d in check.differences[:2])]
         shown = "; ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+        hint = (
+            "add a skew-fix entry that makes the kernel compile below sm_89 (or gives the impl the method) and "
+            "compose again; "
+        )
+        if check is not None and not check.ok and report.compiles:
+            hint = " ".join(check.lines()[1:]).strip() + "; "
         raise RefusedError(
             f"{label} fails the Ampere gate: {shown}",
-            hint="add a skew-fix entry that makes the kernel compile below sm_89 (or gives the impl the method) and "
-            "compose again; "
-            "`vllm-compose ampere-gate` shows every kernel; no artifact was built",
+            hint=hint + "`vllm-compose ampere-gate` shows every kernel; no artifact was built",
         )
     return report
 
@@ -244,13 +311,23 @@ def render(report: AmpereGateReport) -> str:
         )
     for c in report.contracts:
         lines += c.lines()
+    if report.environment is not None:
+        versions = ", ".join(f"{n} {v}" for n, v in report.environment.get("versions", {}).items())
+        lines.append(f"derived in the gate's environment {Path(report.environment['python']).parents[1]} ({versions})")
+    if report.topk_relay is not None:
+        lines.append(f"PP top-k relay (IndexCache, not judged by this gate): {report.topk_relay.summary()}")
+    check = report.coverage_check
+    if check is not None:
+        lines += check.lines()
     kernels = Counter(k.ok for k in report.kernels)
     specs = ", ".join(f"{n} specializations for {t}" for t, n in report.derived.items())
     verdict = "PASS" if report.ok else "FAIL"
     missing = len(report.missing_methods)
+    reach = f"; coverage {check.state}" if check is not None else "; coverage unchecked (no release named)"
     lines.append(
         f"{verdict}: {report.label}: {kernels[True]} kernel x target compile, {kernels[False]} fail ({specs})"
         + (f"; {missing} impl method(s) MISSING" if missing else "")
+        + reach
     )
     return "\n".join(lines) + "\n"
 
@@ -264,18 +341,35 @@ RECORDINGS = {"0.26.0": Path(__file__).resolve().parents[3] / "kernels" / "compo
 
 
 def gate_release(
-    repo_dir: Path | None, series_dir: Path, tag: str | None, stock: bool = False, tree: Path | None = None
+    repo_dir: Path | None,
+    series_dir: Path,
+    tag: str | None,
+    stock: bool = False,
+    tree: Path | None = None,
+    record: bool = False,
+    progress=None,
 ) -> AmpereGateReport:
     """The gate of `--tree DIR`, or of the compose branch of `tag` in `repo_dir` (the tag itself with `stock`),
-    exported to a temporary folder. Raises `ComposeError` (exit 3) for a missing tag, branch or folder."""
+    exported to a temporary folder, in the gate's environment. The counts are checked against the record of `tag`
+    (composed or stock; for `--tree`, only when `tag` names what the folder is), or, with `record`, written as
+    that record. Raises `ComposeError` (exit 3) for a missing tag, branch or folder."""
     import tempfile
 
     from ..errors import ComposeError
+    from ..trees import DirTree
+    from . import coverage_record
+    from .topk_relay import topk_crossing
 
+    release = (tag, "stock" if stock else "composed") if tag else None
+    if record and release is None:
+        raise ComposeError(
+            "--record-coverage needs --onto TAG (the release the counts are of)", hint="e.g. --onto v0.33.0"
+        )
     if tree is not None:
         if not (Path(tree) / "vllm").is_dir():
             raise ComposeError(f"--tree {tree} holds no vllm/ folder", hint="pass the folder that holds vllm/")
-        report = gate_tree(Path(tree), label=str(tree))
+        report = gate_in_environment(Path(tree), label=str(tree), release=release, progress=progress)
+        report.topk_relay = topk_crossing(DirTree(Path(tree)))
         version = tree_version(Path(tree))
     else:
         if not tag:
@@ -290,7 +384,14 @@ def gate_release(
             branch = open_branch(repo_dir, series_dir, tag)
             rev, label = f"refs/heads/{branch.branch}", branch.branch
         with tempfile.TemporaryDirectory(prefix="vllm-compose-ampere-gate-") as tmp:
-            report = gate_tree(export_revision(repo_dir, rev, Path(tmp)), label=label)
+            exported = export_revision(repo_dir, rev, Path(tmp))
+            report = gate_in_environment(exported, label=label, release=release, progress=progress)
+            report.topk_relay = topk_crossing(DirTree(exported))
+    if record:
+        tools = report.coverage_check.tools
+        updated = coverage_record.with_counts(coverage_record.load_record(), report, *release, tools)
+        coverage_record.write_record(updated)
+        report.coverage_check = coverage_record.check(report, *release, tools, updated)
     recording = RECORDINGS.get(version or "")
     if recording is not None and recording.is_file():
         report.coverage = recorded_coverage(report, recording)
