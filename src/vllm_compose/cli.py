@@ -99,11 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--force", action="store_true", help="replace a branch whose tip was not written by this tool")
     r.add_argument("--no-checks", action="store_true", help="skip the per-entry checks (recorded in the report)")
-    r.add_argument(
-        "--no-import-smoke",
-        action="store_true",
-        help="skip importing the changed modules (it runs only where the vLLM runtime is importable)",
-    )
+    no_import_smoke(r)
     r.add_argument(
         "--no-checkout",
         action="store_true",
@@ -157,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
         help="device result files for the GPU column (default: docs/results)",
     )
     st.add_argument("--no-ampere-gate", action="store_true", help="leave the Ampere gate column unfilled")
+    no_import_smoke(st)
 
     sd = sub.add_parser("series-diff", help="per-entry diff of the compose branches of two tags")
     sd.add_argument("old", metavar="OLD_TAG")
@@ -212,6 +209,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def no_import_smoke(parser) -> None:
+    """`--no-import-smoke`, the same for every command that runs the checks."""
+    parser.add_argument(
+        "--no-import-smoke",
+        action="store_true",
+        help="skip importing the changed modules (recorded in the report; without it the import smoke runs only "
+        "where the installed vLLM is the release composed, its kernels load and a CUDA driver is present, and is "
+        "skipped with the reason elsewhere)",
+    )
+
+
 def _artifact_parsers(sub) -> None:
     """`wheel`, `editable`, `image-overlay`: artifacts built from a compose (docs/install.md)."""
 
@@ -220,7 +228,7 @@ def _artifact_parsers(sub) -> None:
         x.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
         x.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
         x.add_argument("--branch", help="compose branch (default: the series' compose-<PRs>-<TAG>)")
-        x.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+        no_import_smoke(x)
         no_ampere_gate(x)
         allow_unreviewed(x)
 
@@ -277,7 +285,7 @@ def _artifact_parsers(sub) -> None:
     i.add_argument("--cache", type=Path, metavar="DIR")
     i.add_argument("--offline", action="store_true", help="use only the cache and --sources")
     i.add_argument("--onto", metavar="TAG", help="release tag (default: v + the installed vLLM version)")
-    i.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+    no_import_smoke(i)
     i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
     no_ampere_gate(i)
     allow_unreviewed(i)
@@ -563,11 +571,11 @@ def _editable(args) -> int:
 
     from .artifacts import branch as branch_mod
     from .artifacts.editable import editable_install
-    from .report import ampere_summary, render_review_line
+    from .report import ampere_summary, checks_line, render_review_line
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
     review = _require_reviewed(branch, args, "editable")
-    branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
+    print(checks_line(branch_mod.gate(branch, import_smoke=not args.no_import_smoke)))
     print(f"ampere gate: {ampere_summary(_ampere_gate_of(branch, args))}")
     print(render_review_line(review))
     branch_mod.require_checked_out(branch, args.repo)
@@ -618,7 +626,7 @@ def _image_overlay(args) -> int:
 
 def _status(args) -> int:
     from . import compose
-    from .report import render_status, write_json
+    from .report import render_status, smoke_skipped, write_json
     from .results import ComposeStatus
     from .series import version_of_tag
     from .status import ReleaseStatus, write_marked_section
@@ -626,7 +634,9 @@ def _status(args) -> int:
     from .validation.gpu_evidence import collect_gpu_evidence
 
     cache = _cache(args)
-    options = compose.ComposeOptions(offline=args.offline, keep_state=False, init=args.init)
+    options = compose.ComposeOptions(
+        offline=args.offline, keep_state=False, init=args.init, import_smoke=not args.no_import_smoke
+    )
     gpu = collect_gpu_evidence(args.gpu_results)
     unavailable = None if args.no_ampere_gate else ampere_gate.gate_unavailable()
     rows = []
@@ -643,7 +653,8 @@ def _status(args) -> int:
             )
             row.stock_gate = ampere_gate.gate_release(args.repo, args.series, tag, stock=True)
         rows.append(row)
-        print(f"{tag}: {result.status}", flush=True)
+        skipped = smoke_skipped(result.final_checks)
+        print(f"{tag}: {result.status}" + (f" (import smoke skipped: {skipped})" if skipped else ""), flush=True)
         if args.json_dir:
             write_json(args.json_dir / f"{tag}.json", result.to_json())
     table = render_status(rows)

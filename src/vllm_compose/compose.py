@@ -307,6 +307,7 @@ class Composer:
             changed,
             entry_id=step.entry.id,
             import_smoke=self.options.import_smoke,
+            release=str(version_of_tag(self.tag)),
         )
 
     def _audit_entries(self) -> list[str]:
@@ -344,6 +345,7 @@ class Composer:
             GitTree(self.repo, self.head.tree),
             changed,
             import_smoke=self.options.import_smoke,
+            release=str(version_of_tag(self.tag)),
         )
         first_seen: dict[tuple, str] = {}
         for e in result.entries:
