@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from toy_vllm import install_stand_in
 
 from vllm_compose import checks
 from vllm_compose.checks import CheckReport, module_name, run_checks
@@ -85,25 +86,12 @@ def test_overlay_tree_input(tmp_path: Path) -> None:
 LOADABLE_LIBRARY = "libc.so.6"
 
 
-def _install_vllm(site: Path, version: str, compiled: bool = True) -> Path:
-    """An installed vLLM as pip leaves it: the package (with a compiled member unless `compiled` is false) and its
-    dist-info, whose version is what the import smoke compares with the release."""
-    (site / "vllm").mkdir(parents=True)
-    (site / "vllm" / "__init__.py").write_text("")
-    if compiled:
-        (site / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF stand-in")
-    info = site / f"vllm-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
-    return site
-
-
 @pytest.fixture
 def machine(tmp_path: Path, monkeypatch):
     """A machine where the import smoke can run for release 1.0.0: vLLM 1.0.0+compose... installed (on PYTHONPATH,
     as an editable install's path entry puts it), a driver that loads, and the runtime (json standing in for torch).
     Tests change one of them to see the smoke step aside."""
-    site = _install_vllm(tmp_path / "site", "1.0.0+compose.101.gabcdef0")
+    site = install_stand_in(tmp_path / "site", "1.0.0+compose.101.gabcdef0")
     monkeypatch.setenv("PYTHONPATH", str(site))
     monkeypatch.setattr(checks, "CUDA_DRIVER", LOADABLE_LIBRARY)
     monkeypatch.setattr(checks, "RUNTIME_PROBE_MODULES", ("json",))
@@ -134,9 +122,9 @@ def test_smoke_skipped_with_reason_when_runtime_missing(tmp_path: Path, machine,
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ("no vllm", ["no vLLM is installed for", "pip install -e vllm/", "--no-import-smoke"]),
-        ("another release", ["is 0.26.0+compose.101.gabcdef0, not 1.0.0", "another release's", "--no-import-smoke"]),
-        ("no kernels", ["holds no compiled kernels (no .so file there)", "--no-import-smoke"]),
+        ("no vllm", ["no vLLM is installed for", "install this release's compose", "pip install -e vllm/"]),
+        ("another release", ["is 0.26.0+compose.101.gabcdef0, not 1.0.0", "another release's", "pip install -e"]),
+        ("no kernels", ["holds no compiled kernels (no .so file there)", "pip install -e vllm/"]),
         ("no driver", ["no CUDA driver: libno-such-cuda.so.1 does not load", "where a GPU driver is installed"]),
     ],
 )
@@ -153,9 +141,9 @@ def test_smoke_steps_aside_before_importing_where_it_cannot_mean_anything(
         Path(python).chmod(0o755)
         monkeypatch.setenv("PYTHONPATH", str(tmp_path / "empty"))
     elif change == "another release":
-        monkeypatch.setenv("PYTHONPATH", str(_install_vllm(tmp_path / "other", "0.26.0+compose.101.gabcdef0")))
+        monkeypatch.setenv("PYTHONPATH", str(install_stand_in(tmp_path / "other", "0.26.0+compose.101.gabcdef0")))
     elif change == "no kernels":
-        monkeypatch.setenv("PYTHONPATH", str(_install_vllm(tmp_path / "bare", "1.0.0", compiled=False)))
+        monkeypatch.setenv("PYTHONPATH", str(install_stand_in(tmp_path / "bare", "1.0.0", compiled=False)))
     else:
         monkeypatch.setattr(checks, "CUDA_DRIVER", "libno-such-cuda.so.1")
     tree, marker = _marker_tree(tmp_path)

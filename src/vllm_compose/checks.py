@@ -519,7 +519,7 @@ def smoke_unready(release: str, python: str | None = None) -> str | None:
     machine = probe_machine(python)
     if machine.error:
         return machine.error
-    install = f"install the composed release (check its branch out, `pip install -e vllm/`) or pass {NO_IMPORT_SMOKE}"
+    install = "to run it, install this release's compose (its branch checked out, `pip install -e vllm/`) and run again"
     if machine.vllm_dir is None:
         return (
             f"no vLLM is installed for {python}, so the release's compiled kernels are not there to import the "
