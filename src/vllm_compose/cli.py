@@ -12,7 +12,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from .errors import ComposeError, ExitCode
+from .errors import CommandLineError, ComposeError, ExitCode
 
 #: what `vllm-compose --help` says the tool is
 DESCRIPTION = (
@@ -23,7 +23,8 @@ DESCRIPTION = (
 EPILOG = (
     "exit codes: 0 done; 1 stopped on a conflict (resume with --continue) / hunks not placed / audit found bad "
     "hunks; 2 refused by the audit or the checks (nothing written); 3 bad input, configuration or network (the "
-    "message says what and how to proceed); 4 bad command line (usage). README.md has the details."
+    "message says what and how to proceed); 4 bad command line (usage: an unknown or missing option, or options "
+    "that do not go together). README.md has the details."
 )
 
 #: where things are when the user names nothing (relative to the current directory)
@@ -354,9 +355,9 @@ def _rebase(args) -> int:
         print(compose.abort(args.repo))
         return ExitCode.OK
     if not args.onto and not args.resume:
-        raise ComposeError("--onto TAG is required", hint="e.g. --onto v0.26.0")
+        raise CommandLineError("--onto TAG is required (or --continue, --abort)", hint="e.g. --onto v0.26.0")
     if args.message and not args.resume:
-        raise ComposeError("--message goes with --continue")
+        raise CommandLineError("--message goes with --continue")
     options = compose.ComposeOptions(
         offline=args.offline,
         worktree=args.worktree,
@@ -527,9 +528,11 @@ def _review(args) -> int:
     from .review import record_approvals
 
     if (args.approve or args.approve_all) and not (args.by and args.why):
-        raise ComposeError("--approve and --approve-all need --by NAME and --why TEXT", hint="say who read it and why")
+        raise CommandLineError(
+            "--approve and --approve-all need --by NAME and --why TEXT", hint="say who read it and why"
+        )
     if (args.by or args.why) and not (args.approve or args.approve_all):
-        raise ComposeError("--by and --why go with --approve ID or --approve-all")
+        raise CommandLineError("--by and --why go with --approve ID or --approve-all")
     options = compose.ComposeOptions(
         offline=args.offline, keep_state=False, run_checks=False, publish=False, allow_unreviewed=True
     )
@@ -739,7 +742,7 @@ def _audit_series(args) -> int:
     from .report import render_compose
 
     if not args.onto:
-        raise ComposeError("--onto TAG is required", hint="e.g. args: [--onto, v0.26.0] in .pre-commit-config.yaml")
+        raise CommandLineError("--onto TAG is required", hint="e.g. args: [--onto, v0.26.0] in .pre-commit-config.yaml")
     worst = ExitCode.OK
     for tag in args.onto:
         with tempfile.TemporaryDirectory(prefix="vllm-compose-audit-") as tmp:
