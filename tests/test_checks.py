@@ -122,7 +122,7 @@ def test_smoke_skipped_with_reason_when_runtime_missing(tmp_path: Path, machine,
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ("no vllm", ["no vLLM is installed for", "install this release's compose", "pip install -e vllm/"]),
+        ("no vllm", ["no vLLM is installed for", "with this release's compose branch", "pip install -e vllm/"]),
         ("another release", ["is 0.26.0+compose.101.gabcdef0, not 1.0.0", "another release's", "pip install -e"]),
         ("no kernels", ["holds no compiled kernels (no .so file there)", "pip install -e vllm/"]),
         ("no driver", ["no CUDA driver: libno-such-cuda.so.1 does not load", "where a GPU driver is installed"]),

@@ -519,7 +519,7 @@ def smoke_unready(release: str, python: str | None = None) -> str | None:
     machine = probe_machine(python)
     if machine.error:
         return machine.error
-    install = "to run it, install this release's compose (its branch checked out, `pip install -e vllm/`) and run again"
+    install = "to run it, `pip install -e vllm/` with this release's compose branch in vllm/, then run again"
     if machine.vllm_dir is None:
         return (
             f"no vLLM is installed for {python}, so the release's compiled kernels are not there to import the "
