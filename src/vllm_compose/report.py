@@ -386,6 +386,16 @@ def _gate_cell(report, stock) -> str:
     return f"{one(report)}; stock: {one(stock)}"
 
 
+def _branch_cell(result) -> str:
+    """The branch the compose wrote and the version its install and wheel carry: what the docs would otherwise copy
+    by hand and let go stale."""
+    if result.status != ComposeStatus.COMPOSED:
+        return "—"
+    setup = result.build_setup
+    version = f"`{setup.version}`" if setup is not None and setup.version else "no build setup"
+    return f"`{result.branch}`; {version}"
+
+
 def render_status(rows: list[ReleaseStatus]) -> str:
     """Markdown: one row per release; columns: composed, audit, checks, Ampere gate (compose; stock), GPU runs, each
     PR entry, the local fixes applied."""
@@ -406,6 +416,7 @@ def render_status(rows: list[ReleaseStatus]) -> str:
         "run on a GPU",
         *pr_ids,
         "skew fixes applied",
+        "branch; version (`pip install -e vllm/`, wheel)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -422,6 +433,7 @@ def render_status(rows: list[ReleaseStatus]) -> str:
             row.gpu.summary() if row.gpu is not None else "none",
             *[_entry_cell(by_id[p]) if p in by_id else "—" for p in pr_ids],
             f"{len(fixes)}: " + ", ".join(fixes) if fixes else "0",
+            _branch_cell(r),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     problems = [(r.tag, r.message) for r in results if r.status != ComposeStatus.COMPOSED]
