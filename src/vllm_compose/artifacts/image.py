@@ -1,7 +1,7 @@
 """The container image: compose the series onto the vLLM installed in an image's site-packages, in place.
 
-The Dockerfile (`FROM docker.io/vllm/vllm-openai:<tag>`) runs `vllm-compose image-overlay --site-packages DIR`, which calls
-`overlay_site_packages`. The steps, in order:
+The Dockerfile (`FROM docker.io/vllm/vllm-openai:<tag>`) runs `vllm-compose image-overlay --site-packages DIR`,
+which calls `overlay_site_packages`. The steps, in order:
 
 1. release   — read the installed version (`vllm-*.dist-info/METADATA`) and record the installed `vllm/` package
                (everything but compiled objects) as release commit `v<version>` in a scratch git repository. The
