@@ -14,7 +14,10 @@ is attributed to the entry that introduced it:
    imports take): the installed vLLM is the release being composed (its distribution version) and holds compiled
    kernels, the CUDA driver loads (the kernels link against `libcuda.so.1`), and the vLLM runtime (torch and
    `RUNTIME_PROBE_MODULES`) imports. Elsewhere the check is "skipped" with the reason, never "pass" and never
-   "fail": a machine that cannot load the release's kernels says nothing about the series.
+   "fail": a machine that cannot load the release's kernels says nothing about the series. (A cached environment
+   per release with its own wheels would make the smoke independent of what is installed, at 7–9 GB and minutes
+   per release, and still could not load the kernels without a CUDA driver: skipping with the reason is the
+   honest answer on exactly the machines where that environment would not help.)
 """
 
 from __future__ import annotations
