@@ -174,6 +174,7 @@ def test_the_build_takes_the_verified_stock_wheel_labels_the_version_and_leaves_
     assert "downloading file://" in done.stderr
     assert (cache / "sha256" / digest).read_bytes() == stock_wheel.read_bytes()
     assert json.loads((cache / "names" / stock_wheel.name).read_text())["sha256"] == digest
+    assert (cache / "names" / stock_wheel.name).stat().st_mode & 0o777 == 0o644  # readable by the cache's sharers
     assert (toy_vllm / "vllm" / "_C.abi3.so").read_bytes() == b"\x7fELF compiled kernels of 1.0.0"
     assert (toy_vllm / "vllm" / "_version.py").read_text() == f"__version__ = version = '1.0.0+{label}'\n"
     assert (toy_vllm / "vllm.egg-info" / "PKG-INFO").is_file()  # setuptools wrote it
