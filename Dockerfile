@@ -3,8 +3,12 @@
 # Build (the entries' content comes from a build context, or from the network when that folder is empty):
 #   docker build --build-context sources=/path/to/sources -t vllm-compose:v0.26.0 .
 #   docker build --build-context sources=empty-dir --build-arg VLLM_TAG=v0.26.0 -t vllm-compose:v0.26.0 .
+# `--build-context` is a BuildKit feature: Docker 23.0+ (BuildKit is the default builder there) or `docker buildx
+# build`; the legacy builder (DOCKER_BUILDKIT=0) refuses the option. The base image is named with its registry, so
+# builders without a default registry (podman) find it too.
 # The build fails when the compose conflicts or is refused, or when the audit of site-packages before/after or the
-# checks (compile, new undefined names, import smoke with the image's torch) fail. No secret is needed.
+# checks (compile, new undefined names, and the import smoke with the image's torch where the build sees a CUDA
+# driver; without one it is skipped, and overlay.json says why) fail. No secret is needed.
 #
 # Serve (sm_80/86, GLM-5.x / DeepSeek-V3.2 DSA models, MTP under pipeline parallelism):
 #   docker run --gpus all --ipc=host -p 8000:8000 -v ~/.cache/huggingface:/root/.cache/huggingface \
@@ -16,7 +20,7 @@
 # (--enforce-eager and a lower --gpu-memory-utilization are the first knobs to turn when start-up runs out of memory.)
 
 ARG VLLM_TAG=v0.26.0
-FROM vllm/vllm-openai:${VLLM_TAG}
+FROM docker.io/vllm/vllm-openai:${VLLM_TAG}
 
 # What the sm_80 recipe needs: the V2 model runner (MTP under PP lives there), spawned workers (CUDA is already
 # initialised in the parent), and the PyTorch sampler (FlashInfer's sampler kernels are not built for sm_80).

@@ -43,27 +43,48 @@ CASES = [
 ]
 
 
-def load_kernels(root: Path):
-    """The two kernel modules of the tree at `root`, under a stand-in `vllm` package (triton_utils, platform_utils)."""
+KERNELS = ("mqa_logits_triton", "triton_mla_sparse_kernel")
+
+
+def install_vllm_shim(root: Path) -> dict:
+    """A stand-in `vllm` package in sys.modules whose `vllm.v1.attention.ops.<kernel>` modules are the tree's files
+    at `root` (and `triton_utils`, `platforms.current_platform`, `utils.platform_utils`, `utils.math_utils` enough for
+    them and their tests); returns the kernel modules by name."""
     import torch
     import triton
     import triton.language as tl
 
-    vllm = types.ModuleType("vllm")
-    tu = types.ModuleType("vllm.triton_utils")
-    tu.tl, tu.triton = tl, triton
-    tu.LOG2E, tu.LOGE2 = 1.4426950408889634, 0.6931471805599453
-    utils = types.ModuleType("vllm.utils")
-    pu = types.ModuleType("vllm.utils.platform_utils")
-    pu.num_compute_units = lambda index=0: torch.cuda.get_device_properties(index or 0).multi_processor_count
-    sys.modules.update({"vllm": vllm, "vllm.triton_utils": tu, "vllm.utils": utils, "vllm.utils.platform_utils": pu})
+    def module(name: str, **attrs) -> types.ModuleType:
+        mod = types.ModuleType(name)
+        mod.__path__ = []  # a package, so submodules resolve through sys.modules
+        mod.__dict__.update(attrs)
+        sys.modules[name] = mod
+        return mod
+
+    platform = types.SimpleNamespace(is_cuda_alike=lambda: True, is_cuda=lambda: True, device_type="cuda")
+    for name in ("vllm", "vllm.utils", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.ops"):
+        module(name)
+    module("vllm.triton_utils", tl=tl, triton=triton, LOG2E=1.4426950408889634, LOGE2=0.6931471805599453)
+    module("vllm.platforms", current_platform=platform)
+    module("vllm.utils.math_utils", cdiv=lambda a, b: -(-a // b))
+    module(
+        "vllm.utils.platform_utils",
+        num_compute_units=lambda index=0: torch.cuda.get_device_properties(index or 0).multi_processor_count,
+    )
     mods = {}
-    for name in ("mqa_logits_triton", "triton_mla_sparse_kernel"):
-        spec = importlib.util.spec_from_file_location(f"_dsa_{name}", root / OPS / f"{name}.py")
+    for name in KERNELS:
+        full = f"vllm.v1.attention.ops.{name}"
+        spec = importlib.util.spec_from_file_location(full, root / OPS / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[full] = mod
         spec.loader.exec_module(mod)
         mods[name] = mod
     return mods
+
+
+def load_kernels(root: Path) -> dict:
+    """The two kernel modules of the tree at `root` (see `install_vllm_shim`)."""
+    return install_vllm_shim(root)
 
 
 def _compare(got, want, atol: float, rtol: float) -> dict:

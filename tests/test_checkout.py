@@ -49,6 +49,19 @@ def test_a_dirty_worktree_is_never_touched_and_the_tool_says_how_to_switch(toy_s
     assert head(toy_upstream) == BRANCH and (toy_upstream / "pkg" / "mod.py").read_text() == "my unfinished work\n"
 
 
+def test_a_dirty_worktree_is_refused_with_a_hint_that_says_what_the_compose_does_to_it(
+    toy_series, toy_upstream, capsys
+):
+    assert compose(toy_series, toy_upstream, "v1.0.0") == 0
+    (toy_upstream / "pkg" / "mod.py").write_text("my unfinished work\n")
+    assert compose(toy_series, toy_upstream, "v1.1.0") == 3
+    err = capsys.readouterr().err
+    assert "has uncommitted changes" in err
+    assert "after writing its branch the compose checks it out, which it does only in a clean worktree" in err
+    assert "never touches" not in err
+    assert head(toy_upstream) == BRANCH and (toy_upstream / "pkg" / "mod.py").read_text() == "my unfinished work\n"
+
+
 def test_an_untracked_file_in_the_way_is_not_overwritten(toy_series, toy_upstream, capsys):
     git(toy_upstream, "checkout", "-q", "v1.0.0")
     git(toy_upstream, "rm", "-q", "pkg/__init__.py")

@@ -141,7 +141,9 @@ def test_docker_script_outside_docker(toy_image, tmp_path) -> None:
 def test_dockerfile_shape() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG VLLM_TAG=v0\.26\.0$", text, re.M)
-    assert re.search(r"^FROM vllm/vllm-openai:\$\{VLLM_TAG\}$", text, re.M)
+    # fully qualified: podman and other builders without a default registry refuse a short name
+    assert re.search(r"^FROM docker\.io/vllm/vllm-openai:\$\{VLLM_TAG\}$", text, re.M)
+    assert "BuildKit" in text  # --build-context needs it, and the comment that shows the command says so
     for env in ("VLLM_USE_V2_MODEL_RUNNER=1", "VLLM_WORKER_MULTIPROC_METHOD=spawn", "VLLM_USE_FLASHINFER_SAMPLER=0"):
         assert env in text
     for flag in (

@@ -60,4 +60,4 @@ def test_audit_series_hook_needs_a_release_and_a_tag(tmp_path, capsys) -> None:
         == 3
     )
     assert "not in the cache" in capsys.readouterr().err
-    assert main(["audit-series", "--series", str(series)]) == 3
+    assert main(["audit-series", "--series", str(series)]) == 4  # no --onto: a usage error

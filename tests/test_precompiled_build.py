@@ -63,14 +63,14 @@ RELEASE_FILES = {
     "pkg/mod.py": MOD_V1,
     "pkg/__init__.py": "",
     "setup.py": TOY_SETUP,
-    "vllm/__init__.py": "",
+    "vllm/__init__.py": "from vllm._version import __version__\n",
     # what an sdist import tracks and the build rewrites
     "vllm/_version.py": "__version__ = version = '1.0.0'\n",
     "PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 1.0.0\n",
     "vllm.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 1.0.0\n",
     "vllm.egg-info/SOURCES.txt": "setup.py\n",
-    # upstream's own .gitignore has these (vLLM's: /vllm/_version.py, *.egg-info/, *.so, build/)
-    ".gitignore": "/vllm/_version.py\n*.egg-info/\n*.so\nbuild/\n",
+    # upstream's own .gitignore has these (vLLM's: /vllm/_version.py, __pycache__/, *.egg-info/, *.so, build/)
+    ".gitignore": "/vllm/_version.py\n__pycache__/\n*.egg-info/\n*.so\nbuild/\n",
 }
 
 
@@ -174,6 +174,7 @@ def test_the_build_takes_the_verified_stock_wheel_labels_the_version_and_leaves_
     assert "downloading file://" in done.stderr
     assert (cache / "sha256" / digest).read_bytes() == stock_wheel.read_bytes()
     assert json.loads((cache / "names" / stock_wheel.name).read_text())["sha256"] == digest
+    assert (cache / "names" / stock_wheel.name).stat().st_mode & 0o777 == 0o644  # readable by the cache's sharers
     assert (toy_vllm / "vllm" / "_C.abi3.so").read_bytes() == b"\x7fELF compiled kernels of 1.0.0"
     assert (toy_vllm / "vllm" / "_version.py").read_text() == f"__version__ = version = '1.0.0+{label}'\n"
     assert (toy_vllm / "vllm.egg-info" / "PKG-INFO").is_file()  # setuptools wrote it
@@ -278,3 +279,93 @@ def test_setup_py_without_the_hook_file_builds_as_vllm_does(toy_series, toy_vllm
     (toy_vllm / ".vllm-compose" / "precompiled.py").unlink()
     done = run_setup(toy_vllm, tmp_path / "cache")
     assert done.returncode != 0 and "Could NOT find CUDA" in done.stderr and "FileNotFoundError" not in done.stderr
+
+
+def editable_install(tree: Path, venv: Path, cache: Path, *pip_args: str) -> subprocess.CompletedProcess:
+    """`pip install -e tree` into the virtual environment `venv` (made here, without pip: this interpreter's pip and
+    setuptools build and install into it, so the build needs no index)."""
+    if not venv.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "PIP_", "PYTHON"))}
+    argv = [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index"]
+    return subprocess.run(
+        [*argv, "--prefix", str(venv), *pip_args, "-e", str(tree)],
+        env={**clean, "VLLM_COMPOSE_CACHE": str(cache)},
+        capture_output=True,
+        text=True,
+    )
+
+
+def import_vllm(venv: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """The sanity check the docs give, run with the venv's interpreter from `cwd`."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    program = "import vllm; print(vllm.__version__, vllm.__file__)"
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-c", program], cwd=cwd, env=clean, capture_output=True, text=True
+    )
+
+
+def test_import_vllm_finds_the_editable_install_from_the_project_root(toy_series, toy_vllm, stock_wheel, tmp_path):
+    """The user's layout: the project root holds the vLLM tree as its `vllm/` submodule (here `tmp_path/vllm`), and
+    scripts, `python -m` and notebooks start from the root, where `vllm/` is on the path before site-packages.
+    setuptools' default editable install (an import hook) comes too late there: the path search has settled on
+    `vllm/` as an empty namespace package. The build setup's setup.cfg makes the install path-based, and the
+    tree's root on `sys.path` gives `vllm/vllm/__init__.py`, a regular package, from every folder."""
+    pin(toy_series, stock_wheel)
+    assert compose(toy_series, toy_vllm, "v1.0.0") == 0
+    label = open_branch(toy_vllm, toy_series, "v1.0.0").label
+    repo = pygit2.Repository(str(toy_vllm))
+    tip = repo.revparse_single(BRANCH).peel(pygit2.Commit)
+    assert repo[tip.tree["setup.cfg"].id].data.decode() == precompiled.EDITABLE_SECTION.lstrip("\n")
+    venv, cache = tmp_path / "venv", tmp_path / "user-cache"
+    done = editable_install(toy_vllm, venv, cache)
+    assert done.returncode == 0, done.stderr
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (pth,) = Path(purelib).glob("__editable__.vllm-*.pth")  # the path entry, not an import hook
+    assert pth.read_text().strip() == str(toy_vllm)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for cwd in (tmp_path, elsewhere, toy_vllm.parent / "vllm" / "pkg"):
+        ran = import_vllm(venv, cwd)
+        assert ran.returncode == 0, (cwd, ran.stderr)
+        assert ran.stdout.split() == [f"1.0.0+{label}", str(toy_vllm / "vllm" / "__init__.py")], cwd
+    assert git(toy_vllm, "status", "--porcelain") == ""
+
+    # the control: the default import hook, asked for on the command line (which overrides setup.cfg), finds the
+    # package from elsewhere but not from the project root, where the submodule folder shadows it
+    hooked = tmp_path / "venv-hook"
+    done = editable_install(toy_vllm, hooked, cache, "--config-settings", "editable_mode=lenient")
+    assert done.returncode == 0, done.stderr
+    assert import_vllm(hooked, elsewhere).stdout.split()[0] == f"1.0.0+{label}"
+    shadowed = import_vllm(hooked, tmp_path)
+    assert shadowed.returncode != 0 and "has no attribute '__version__'" in shadowed.stderr
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (None, precompiled.EDITABLE_SECTION.lstrip("\n")),
+        (
+            "[egg_info]\ntag_build = \ntag_date = 0\n",
+            "[egg_info]\ntag_build = \ntag_date = 0\n" + precompiled.EDITABLE_SECTION,
+        ),
+        ("[metadata]\nname = vllm", "[metadata]\nname = vllm\n" + precompiled.EDITABLE_SECTION),
+        ("[editable_wheel]\nmode = strict\n", None),  # the tree's own choice stands; a second section is unreadable
+    ],
+)
+def test_setup_cfg_gets_the_editable_section_once(tmp_path, before, after):
+    """An sdist import brings vLLM's setup.cfg (`[egg_info]`); upstream's git tree has none."""
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    files = {"setup.cfg": before} if before is not None else {"README": "x"}
+    builder = repo.TreeBuilder()
+    for name, text in files.items():
+        builder.insert(name, repo.create_blob(text.encode()), pygit2.GIT_FILEMODE_BLOB)
+    from vllm_compose.trees import GitTree
+
+    changes = precompiled._editable_mode(GitTree(repo, repo[builder.write()]))
+    assert changes == ({} if after is None else {"setup.cfg": after.encode()})

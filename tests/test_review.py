@@ -188,7 +188,7 @@ def test_rebase_warns_and_review_lists_then_approval_is_reproducible(tmp_path, c
 
     assert _review(series, repo, tmp_path, "--approve", "fix-helper:vllm/runner.py#9", "--by", "A", "--why", "w") == 3
     assert "no relocated or merged landing" in capsys.readouterr().err
-    assert _review(series, repo, tmp_path, "--approve-all") == 3  # who and why are required
+    assert _review(series, repo, tmp_path, "--approve-all") == 4  # who and why are required: a usage error
     capsys.readouterr()
     assert _review(series, repo, tmp_path, "--approve-all", "--by", "A. Reader", "--why", "the helper it means") == 0
     assert "recorded 1 approvals" in capsys.readouterr().out

@@ -42,7 +42,7 @@ def _commit(repo: pygit2.Repository, parent: pygit2.Commit, path: str, data: byt
 
 @pytest.fixture(scope="module")
 def arrival(tmp_path_factory):
-    """A repository sharing the v0.30.0 import's objects, with branch compose-46994-38476-v0.30.0 holding EDITS."""
+    """A repository sharing the v0.30.0 import's objects, with branch compose-38476-v0.30.0 holding EDITS."""
     src, release = release_commit(tmp_path_factory, "v0.30.0")
     root = tmp_path_factory.mktemp("arrival") / "vllm"
     subprocess.run(["git", "clone", "-q", "--shared", "--bare", src.path, str(root)], check=True)
@@ -58,7 +58,7 @@ def arrival(tmp_path_factory):
         "Build over the precompiled stock wheel\n\nBuild-Setup: precompiled-stock-wheel\nComposed-By: vllm-compose\n"
     )
     commit = _commit(repo, commit, "vllm/_compose_marker.py", b"X = 1\n", build)
-    repo.references.create("refs/heads/compose-46994-38476-v0.30.0", commit.id, force=True)
+    repo.references.create("refs/heads/compose-38476-v0.30.0", commit.id, force=True)
     return root
 
 
@@ -85,7 +85,7 @@ def test_the_renamed_method_and_the_unknown_keyword_are_new_findings_named_after
     assert rc == 2, text
     import json
 
-    findings = json.loads(out.read_text())["compose-46994-38476-v0.30.0"]["findings"]
+    findings = json.loads(out.read_text())["compose-38476-v0.30.0"]["findings"]
     by_entry = {(f["entry"], f["rule"]) for f in findings if f["file"] == PP_UTILS}
     assert ("fix-renamed-method", "missing-attribute") in by_entry, text
     assert ("fix-unknown-keyword", "unknown-argument") in by_entry, text

@@ -127,6 +127,17 @@ def test_branch_name_without_pr_entries(series_dir):
     assert load_series(series_dir).branch_name("v0.26.0") == "compose-v0.26.0"
 
 
+def test_the_branch_is_named_after_the_prs_the_compose_applies():
+    """The project's own series: PR #46994 ships from v0.30.0 (`upstream_release`), where the compose drops it, so
+    the branch leaves it out as the version label does; the README's v0.26.0 branch keeps both."""
+    series = load_series(Path(__file__).parents[1] / "series")
+    assert series.branch_name("v0.26.0") == "compose-46994-38476-v0.26.0"
+    assert series.branch_name("v0.29.0") == "compose-46994-38476-v0.29.0"
+    assert series.branch_name("v0.30.0") == "compose-38476-v0.30.0"
+    assert series.branch_name("v0.33.0") == "compose-38476-v0.33.0"
+    assert series.pr_numbers("v0.33.0") == [38476]
+
+
 def test_missing_series_file(tmp_path):
     with pytest.raises(SeriesError, match="series file not found") as exc:
         load_series(tmp_path)

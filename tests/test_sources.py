@@ -145,6 +145,23 @@ def test_corrupt_cache_file_is_fetched_again_when_online(cache, fake_http):
     assert cache.get(digest) == PR_DIFF
 
 
+def test_a_corrupt_cache_file_that_cannot_be_fetched_again_is_named_with_the_network_error(cache, fake_http):
+    """Online, a damaged copy is removed and downloaded again; when that download fails, the error says both: the
+    file was corrupt (its sha256 and the pinned one) and removed, and why it could not be fetched."""
+    digest = cache.put_bytes(PR_DIFF)
+    cache.blob_path(digest).write_bytes(b"bit rot")
+    entry = pr_entry(url="https://example.invalid/7.diff", sha256=digest)
+    with pytest.raises(SourceError) as exc:
+        sources.fetch_entry_patch(entry, cache)  # the fake network has no route to the URL
+    message = exc.value.message
+    assert message.startswith(
+        f"cache file {cache.blob_path(digest)} is corrupt (sha256 {sha(b'bit rot')}, expected {digest}); it was "
+        "removed, and cannot download https://example.invalid/7.diff (entry pr7): "
+    ), message
+    assert "fake network" in message and exc.value.entry == "pr7" and "--sources" in exc.value.hint
+    assert not cache.blob_path(digest).exists()
+
+
 def test_interrupted_download_leaves_nothing_in_the_cache(cache, fake_http):
     body = os.urandom(300_000)
     fake_http.serve("https://example.invalid/big.diff", body, fail_after=150_000)
@@ -434,6 +451,15 @@ def test_version_not_on_the_index_lists_nearby_versions(tmp_path, cache, fake_ht
     assert "nearby releases: 1.0.0, 1.1.0, 1.2.0, 1.3.0, 1.4.0, 2.0.0)" in exc.value.message
     assert exc.value.tag == "v1.2.5" and "--onto v1.3.0" in exc.value.hint
     assert tags(repo) == []
+
+
+def test_a_version_past_the_newest_release_suggests_the_newest(tmp_path, cache, fake_http):
+    serve_release(fake_http, make_sdist(), others=("1.0.0", "1.1.0", "1.3.0", "1.4.0", "2.0.0", "2.1.0"))
+    repo = gitstore.open_or_init_repo(tmp_path / "r")
+    with pytest.raises(SourceError) as exc:
+        releases.ensure_release(repo, "v9.9.0", cache, index_url=INDEX)
+    assert "nearby releases: 1.4.0, 2.0.0, 2.1.0)" in exc.value.message
+    assert exc.value.hint == "pick a released version (e.g. --onto v2.1.0)"
 
 
 def test_index_sha256_mismatch_is_refused(tmp_path, cache, fake_http):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from vllm_compose.checks import CheckReport, CheckResult
 from vllm_compose.report import render_status
-from vllm_compose.results import CheckStatus
+from vllm_compose.results import BuildSetup, CheckStatus
 from vllm_compose.status import ReleaseStatus
 from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
 from vllm_compose.validation.gpu_evidence import ReleaseEvidence, RunConfig
@@ -15,7 +15,16 @@ from vllm_compose.validation.gpu_evidence import ReleaseEvidence, RunConfig
 def _compose(tag: str, status: str = "composed", message: str = ""):
     entry = SimpleNamespace(id="pr1", status="applied", hunks=[], verdict_counts=lambda: {"exact": 1})
     checks = CheckReport(None, [CheckResult("compile", CheckStatus.PASS)])
-    return SimpleNamespace(tag=tag, status=status, entries=[entry], final_checks=checks, message=message)
+    setup = BuildSetup("c0ffee", "build", f"{tag[1:]}+compose.1.gabcdef0")
+    return SimpleNamespace(
+        tag=tag,
+        status=status,
+        entries=[entry],
+        final_checks=checks,
+        message=message,
+        branch=f"compose-1-{tag}",
+        build_setup=setup,
+    )
 
 
 def _gate(*failing: str) -> AmpereGateReport:
@@ -42,6 +51,9 @@ def test_every_row_says_audit_checks_gate_with_stock_and_gpu_runs():
     assert "as predicted: PP2+MTP2 (4 runs, sm_80 paths forced in 4; 1 session)" in rows[0]
     assert "not run (triton is not installed); stock: not run (triton is not installed) | none |" in rows[1]
     assert "| v0.34.0 | **conflict** | — |" in rows[2] and "not run; stock: FAIL (1: _k)" in rows[2]
+    # the branch and the version, written by the tool: the labels in the docs come from here
+    assert rows[0].endswith("| `compose-1-v0.26.0`; `0.26.0+compose.1.gabcdef0` |")
+    assert rows[2].endswith("| — |")
     assert "- v0.34.0: stopped at fix-x" in table
 
 

@@ -174,5 +174,19 @@ def make_site_packages(folder: Path) -> Path:
     return folder
 
 
+def install_stand_in(site: Path, version: str, compiled: bool = True) -> Path:
+    """A vLLM installed into `site` as the import smoke sees one (put `site` on PYTHONPATH): the package, a compiled
+    member unless `compiled` is false (bytes that are no loadable library: importing it fails, as a kernel that
+    does not load here would), and the dist-info whose version the smoke compares with the release composed."""
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    if compiled:
+        (site / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF stand-in")
+    info = site / f"vllm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    return site
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

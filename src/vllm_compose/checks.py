@@ -8,9 +8,16 @@ is attributed to the entry that introduced it:
    not undefined in stock are errors. Messages are compared as a multiset of (kind, name), so a line that merely
    moved is not new. This is the check that catches a hunk calling a helper no patch defines, which compiling and
    importing both pass. New redefinitions (F811), unused imports and star-import uses are warnings.
-3. `import-smoke` — import every changed module in a subprocess with the composed tree first on `sys.path`, where
-   the vLLM runtime (torch and the packages in `RUNTIME_PROBE_MODULES`) is importable; elsewhere the check is
-   "skipped" with the reason, never "pass".
+3. `import-smoke` — import every changed module in a subprocess with the composed tree first on `sys.path`, the
+   compiled members the source tree lacks (`vllm/_C.abi3.so`, ...) taken from the installed vLLM. It runs only where
+   its result is about the series (`smoke_unready`, decided up front in a second or two, before the minutes the
+   imports take): the installed vLLM is the release being composed (its distribution version) and holds compiled
+   kernels, the CUDA driver loads (the kernels link against `libcuda.so.1`), and the vLLM runtime (torch and
+   `RUNTIME_PROBE_MODULES`) imports. Elsewhere the check is "skipped" with the reason, never "pass" and never
+   "fail": a machine that cannot load the release's kernels says nothing about the series. (A cached environment
+   per release with its own wheels would make the smoke independent of what is installed, at 7–9 GB and minutes
+   per release, and still could not load the kernels without a CUDA driver: skipping with the reason is the
+   honest answer on exactly the machines where that environment would not help.)
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from packaging.version import InvalidVersion, Version
 from pyflakes import checker as pyflakes_checker
 from pyflakes import messages as pyflakes_messages
 
@@ -58,8 +66,12 @@ WARNING_KINDS = (
 #: vllm.logger / vllm.envs / vllm.config (torch alone is not enough: the Ampere gate's tests install a CPU torch
 #: without the rest, and an import smoke there would fail every module on `No module named 'regex'`)
 RUNTIME_PROBE_MODULES = ("torch", "transformers", "pydantic", "regex", "msgspec")
+#: the CUDA driver library vLLM's compiled kernels link against: where it does not load, neither do they
+CUDA_DRIVER = "libcuda.so.1"
 #: seconds allowed for the whole import smoke (vLLM imports are slow: CUDA init, Triton)
 DEFAULT_SMOKE_TIMEOUT = 600
+#: what the user passes to skip the import smoke, named in every hint that concerns it
+NO_IMPORT_SMOKE = "--no-import-smoke"
 
 
 @dataclass
@@ -148,21 +160,38 @@ def run_checks(
     import_smoke: bool = True,
     python: str | None = None,
     smoke_timeout: float = DEFAULT_SMOKE_TIMEOUT,
+    release: str | None = None,
 ) -> CheckReport:
     """Run the checks on the changed files of `composed`, comparing with `stock` (the tree before the entry).
 
-    `python` is the interpreter for the import smoke (default: this one); it must have torch, and for modules that
-    load compiled kernels, an installed vLLM of the same version.
+    `python` is the interpreter for the import smoke (default: this one); `release` (e.g. "0.26.0") is the vLLM
+    release being composed, required with `import_smoke`: the smoke runs only where `python`'s installed vLLM is
+    that release (`smoke_unready`).
     """
+    if import_smoke and release is None:
+        raise ValueError("run_checks: the import smoke needs the release being composed (release=...)")
     py_paths = sorted({p for p in changed_paths if p.endswith(".py")})
     report = CheckReport(entry=entry_id)
     report.results.append(check_compile(composed, py_paths, entry_id, stock=stock))
     report.results.append(check_undefined_names(stock, composed, py_paths, entry_id))
     if import_smoke:
-        report.results.append(check_import_smoke(composed, py_paths, entry_id, python, smoke_timeout))
+        report.results.append(check_import_smoke(composed, py_paths, release, entry_id, python, smoke_timeout))
     else:
-        report.results.append(CheckResult("import-smoke", SKIPPED, reason="import smoke disabled by the caller"))
+        report.results.append(CheckResult("import-smoke", SKIPPED, reason=f"{NO_IMPORT_SMOKE} given"))
     return report
+
+
+def failure_hint(report: CheckReport, fix: str, skip_smoke: str = NO_IMPORT_SMOKE) -> str:
+    """How to go on after `report` refused something: `fix` (the series' remedy), and where the import smoke is
+    among the failures, that an import failure may be the machine's and `skip_smoke` skips it (recorded)."""
+    smoke = [r for r in report.results if r.name == "import-smoke" and r.status is FAIL]
+    if not smoke:
+        return fix
+    return (
+        f"an import failure can be this machine's, not the series' (a CUDA driver, torch or a compiled kernel that "
+        f"does not load in this environment): read the error; if it is the machine's, run again with {skip_smoke} "
+        f"(recorded in the report); otherwise {fix}"
+    )
 
 
 def check_compile(
@@ -388,8 +417,137 @@ def module_name(path: str) -> str | None:
     return ".".join(parts)
 
 
-#: interpreter -> probe outcome; asked once per process (a compose runs the checks after every entry)
+# ---------------------------------------------------------------------------------------------------------------
+# The import smoke: whether it can mean something here, then the imports
+
+
+@dataclass(frozen=True)
+class SmokeMachine:
+    """What an interpreter offers the import smoke besides its Python packages, asked once per process
+    (`probe_machine`): the vLLM it has installed and whether the CUDA driver loads."""
+
+    python: str
+    #: the folder of the installed `vllm` package (as `import vllm` finds it outside the project), or None
+    vllm_dir: str | None = None
+    #: its distribution's version (`importlib.metadata`), or None when it has none
+    vllm_version: str | None = None
+    #: the compiled members directly in `vllm_dir` (`_C.abi3.so`, ...)
+    compiled: tuple[str, ...] = ()
+    #: why `CUDA_DRIVER` does not load, or None when it does
+    driver_error: str | None = None
+    #: why the probe itself failed (interpreter missing, timed out), or None
+    error: str | None = None
+
+
+#: runs in the interpreter being asked (argv: the driver library): locates the installed vLLM without importing it
+#: (from a neutral folder, so a project's `vllm/` submodule folder is not taken for it), reads its version and its
+#: compiled members, and loads the CUDA driver; one JSON line
+_MACHINE_PROGRAM = """
+import ctypes, importlib.metadata, importlib.util, json, os, sys
+facts = {}
+try:
+    spec = importlib.util.find_spec("vllm")
+except Exception:
+    spec = None
+origin = getattr(spec, "origin", None)
+if origin and os.path.basename(origin) == "__init__.py":
+    folder = os.path.dirname(origin)
+    facts["vllm_dir"] = folder
+    facts["compiled"] = sorted(n for n in os.listdir(folder) if n.endswith(".so"))
+try:
+    facts["vllm_version"] = importlib.metadata.version("vllm")
+except Exception:
+    facts["vllm_version"] = None
+try:
+    ctypes.CDLL(sys.argv[1])
+    facts["driver_error"] = None
+except OSError as exc:
+    facts["driver_error"] = str(exc)
+print("MACHINE-RESULT " + json.dumps(facts))
+"""
+
+#: (interpreter, search path, driver) -> its `SmokeMachine`; (interpreter, search path, modules) -> why the runtime
+#: does not import, or None. Asked once per process: a compose runs the checks after every entry
+_MACHINES: dict[tuple, SmokeMachine] = {}
 _PROBED: dict[tuple, str | None] = {}
+
+
+def probe_machine(python: str | None = None, timeout: float = 60) -> SmokeMachine:
+    """The installed vLLM and the CUDA driver as `python` sees them (cached per process)."""
+    python = python or sys.executable
+    key = (python, os.environ.get("PYTHONPATH"), CUDA_DRIVER)
+    if key not in _MACHINES:
+        _MACHINES[key] = _probe_machine(python, timeout)
+    return _MACHINES[key]
+
+
+def _probe_machine(python: str, timeout: float) -> SmokeMachine:
+    with tempfile.TemporaryDirectory(prefix="vllm-compose-probe-") as neutral:
+        try:
+            proc = subprocess.run(
+                [python, "-c", _MACHINE_PROGRAM, CUDA_DRIVER],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=neutral,
+            )
+        except FileNotFoundError:
+            return SmokeMachine(python, error=f"interpreter {python} not found")
+        except subprocess.TimeoutExpired:
+            return SmokeMachine(python, error=f"asking {python} for its vLLM took longer than {timeout:.0f} s")
+    for line in proc.stdout.splitlines():
+        if line.startswith("MACHINE-RESULT "):
+            facts = json.loads(line[len("MACHINE-RESULT ") :])
+            return SmokeMachine(
+                python,
+                vllm_dir=facts.get("vllm_dir"),
+                vllm_version=facts.get("vllm_version"),
+                compiled=tuple(facts.get("compiled") or ()),
+                driver_error=facts.get("driver_error"),
+            )
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return SmokeMachine(python, error=f"{python} could not be asked for its vLLM (exit {proc.returncode}: {tail})")
+
+
+def smoke_unready(release: str, python: str | None = None) -> str | None:
+    """Why the import smoke of a compose onto `release` cannot mean anything with `python`, or None when it can.
+
+    Cheap (two short subprocesses, cached), so it is decided before the minutes the imports take. An import of the
+    composed modules tests the series only where the release's own compiled kernels load: `python`'s vLLM must be
+    this release (a compose's editable install of another release, or its `.so` files, fail imports the series
+    does not cause), hold compiled members, and find the CUDA driver they link against; and the vLLM runtime must
+    import. Each reason says what to do.
+    """
+    python = python or sys.executable
+    machine = probe_machine(python)
+    if machine.error:
+        return machine.error
+    install = "to run it, `pip install -e vllm/` with this release's compose branch in vllm/, then run again"
+    if machine.vllm_dir is None:
+        return (
+            f"no vLLM is installed for {python}, so the release's compiled kernels are not there to import the "
+            f"composed modules against; {install}"
+        )
+    found = f"the vLLM installed for {python} ({machine.vllm_dir})"
+    if machine.vllm_version is None:
+        return f"{found} has no distribution metadata: which release its compiled kernels are of is unknown; {install}"
+    try:
+        same = Version(machine.vllm_version).public == Version(release).public
+    except InvalidVersion:
+        same = False
+    if not same:
+        return (
+            f"{found} is {machine.vllm_version}, not {release}: its compiled kernels are another release's, so an "
+            f"import failure would be about that mismatch, not the series; {install}"
+        )
+    if not machine.compiled:
+        return f"{found} holds no compiled kernels (no .so file there); {install}"
+    if machine.driver_error:
+        return (
+            f"no CUDA driver: {CUDA_DRIVER} does not load ({machine.driver_error}), and vLLM's compiled kernels "
+            f"link against it; run the compose where a GPU driver is installed for the import smoke"
+        )
+    return probe_runtime(python)
 
 
 def probe_runtime(python: str | None = None, timeout: float = 120) -> str | None:
@@ -420,16 +578,14 @@ def _probe_runtime(python: str, timeout: float) -> str | None:
     return None
 
 
-#: the program run in the smoke subprocess (argv: composed root, then module names): imports each module and
-#: prints one JSON line of outcomes. A source tree has no compiled members (`vllm/_C.abi3.so`, ...); where vLLM is
-#: also installed, a last-resort finder serves whatever the composed tree lacks from the installed package, so a
-#: module is not failed for a kernel library it was never meant to carry.
+#: the program run in the smoke subprocess (argv: composed root, the installed vLLM's package folder or "", then
+#: module names): imports each module and prints one JSON line of outcomes. A source tree has no compiled members
+#: (`vllm/_C.abi3.so`, ...): a last-resort finder serves whatever the composed tree lacks from the installed package
+#: `smoke_unready` found, so a module is not failed for a kernel library it was never meant to carry.
 _SMOKE_PROGRAM = """
 import importlib, importlib.machinery, json, os, sys, traceback
 root = os.path.realpath(sys.argv[1])
-installed = importlib.machinery.PathFinder.find_spec(
-    "vllm", [p for p in sys.path if os.path.realpath(p or ".") != root])
-installed_root = os.path.dirname(os.path.dirname(installed.origin)) if installed and installed.origin else None
+installed_root = os.path.dirname(os.path.realpath(sys.argv[2])) if sys.argv[2] else None
 
 class InstalledFallback:
     def find_spec(self, fullname, path=None, target=None):
@@ -442,10 +598,10 @@ class InstalledFallback:
                 mapped.append(os.path.join(installed_root, os.path.relpath(real, root)))
         return importlib.machinery.PathFinder.find_spec(fullname, mapped) if mapped else None
 
-if installed_root is not None and os.path.realpath(installed_root) != root:
+if installed_root is not None and installed_root != root:
     sys.meta_path.append(InstalledFallback())
 results = {}
-for name in sys.argv[2:]:
+for name in sys.argv[3:]:
     try:
         importlib.import_module(name)
         results[name] = None
@@ -459,11 +615,13 @@ print("SMOKE-RESULT " + json.dumps(results))
 def check_import_smoke(
     composed: FileTree,
     py_paths: list[str],
+    release: str,
     entry_id: str | None = None,
     python: str | None = None,
     timeout: float = DEFAULT_SMOKE_TIMEOUT,
 ) -> CheckResult:
-    """Import each changed module in one subprocess with the composed tree first on `sys.path`."""
+    """Import each changed module in one subprocess with the composed tree first on `sys.path`, where the smoke can
+    mean something for `release` (`smoke_unready`); else the check is skipped with the reason."""
     started = time.perf_counter()
     modules = {}
     for path in py_paths:
@@ -472,9 +630,10 @@ def check_import_smoke(
             modules[name] = path
     if not modules:
         return CheckResult("import-smoke", SKIPPED, reason="no changed importable modules")
-    reason = probe_runtime(python)
+    reason = smoke_unready(release, python)
     if reason is not None:
         return CheckResult("import-smoke", SKIPPED, reason=reason, seconds=time.perf_counter() - started)
+    installed = probe_machine(python).vllm_dir or ""
     result = CheckResult("import-smoke", PASS, files=len(modules))
     with _materialized(composed) as root:
         env = dict(os.environ)
@@ -482,7 +641,7 @@ def check_import_smoke(
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         try:
             proc = subprocess.run(
-                [python or sys.executable, "-c", _SMOKE_PROGRAM, str(root), *modules],
+                [python or sys.executable, "-c", _SMOKE_PROGRAM, str(root), installed, *modules],
                 capture_output=True,
                 text=True,
                 timeout=timeout,

@@ -12,7 +12,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from .errors import ComposeError, ExitCode
+from .errors import CommandLineError, ComposeError, ExitCode
 
 #: what `vllm-compose --help` says the tool is
 DESCRIPTION = (
@@ -23,7 +23,8 @@ DESCRIPTION = (
 EPILOG = (
     "exit codes: 0 done; 1 stopped on a conflict (resume with --continue) / hunks not placed / audit found bad "
     "hunks; 2 refused by the audit or the checks (nothing written); 3 bad input, configuration or network (the "
-    "message says what and how to proceed); 4 bad command line (usage). README.md has the details."
+    "message says what and how to proceed); 4 bad command line (usage: an unknown or missing option, or options "
+    "that do not go together). README.md has the details."
 )
 
 #: where things are when the user names nothing (relative to the current directory)
@@ -99,11 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--force", action="store_true", help="replace a branch whose tip was not written by this tool")
     r.add_argument("--no-checks", action="store_true", help="skip the per-entry checks (recorded in the report)")
-    r.add_argument(
-        "--no-import-smoke",
-        action="store_true",
-        help="skip importing the changed modules (it runs only where the vLLM runtime is importable)",
-    )
+    no_import_smoke(r)
     r.add_argument(
         "--no-checkout",
         action="store_true",
@@ -157,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
         help="device result files for the GPU column (default: docs/results)",
     )
     st.add_argument("--no-ampere-gate", action="store_true", help="leave the Ampere gate column unfilled")
+    no_import_smoke(st)
 
     sd = sub.add_parser("series-diff", help="per-entry diff of the compose branches of two tags")
     sd.add_argument("old", metavar="OLD_TAG")
@@ -222,6 +220,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def no_import_smoke(parser) -> None:
+    """`--no-import-smoke`, the same for every command that runs the checks."""
+    parser.add_argument(
+        "--no-import-smoke",
+        action="store_true",
+        help="skip importing the changed modules (recorded in the report; without it the import smoke runs only "
+        "where the installed vLLM is the release composed, its kernels load and a CUDA driver is present, and is "
+        "skipped with the reason elsewhere)",
+    )
+
+
 def _artifact_parsers(sub) -> None:
     """`wheel`, `editable`, `image-overlay`: artifacts built from a compose (docs/install.md)."""
 
@@ -230,7 +239,7 @@ def _artifact_parsers(sub) -> None:
         x.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
         x.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
         x.add_argument("--branch", help="compose branch (default: the series' compose-<PRs>-<TAG>)")
-        x.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+        no_import_smoke(x)
         no_ampere_gate(x)
         allow_unreviewed(x)
 
@@ -287,7 +296,7 @@ def _artifact_parsers(sub) -> None:
     i.add_argument("--cache", type=Path, metavar="DIR")
     i.add_argument("--offline", action="store_true", help="use only the cache and --sources")
     i.add_argument("--onto", metavar="TAG", help="release tag (default: v + the installed vLLM version)")
-    i.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
+    no_import_smoke(i)
     i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
     no_ampere_gate(i)
     allow_unreviewed(i)
@@ -425,9 +434,9 @@ def _rebase(args) -> int:
         print(compose.abort(args.repo))
         return ExitCode.OK
     if not args.onto and not args.resume:
-        raise ComposeError("--onto TAG is required", hint="e.g. --onto v0.26.0")
+        raise CommandLineError("--onto TAG is required (or --continue, --abort)", hint="e.g. --onto v0.26.0")
     if args.message and not args.resume:
-        raise ComposeError("--message goes with --continue")
+        raise CommandLineError("--message goes with --continue")
     options = compose.ComposeOptions(
         offline=args.offline,
         worktree=args.worktree,
@@ -598,9 +607,11 @@ def _review(args) -> int:
     from .review import record_approvals
 
     if (args.approve or args.approve_all) and not (args.by and args.why):
-        raise ComposeError("--approve and --approve-all need --by NAME and --why TEXT", hint="say who read it and why")
+        raise CommandLineError(
+            "--approve and --approve-all need --by NAME and --why TEXT", hint="say who read it and why"
+        )
     if (args.by or args.why) and not (args.approve or args.approve_all):
-        raise ComposeError("--by and --why go with --approve ID or --approve-all")
+        raise CommandLineError("--by and --why go with --approve ID or --approve-all")
     options = compose.ComposeOptions(
         offline=args.offline, keep_state=False, run_checks=False, publish=False, allow_unreviewed=True
     )
@@ -642,11 +653,11 @@ def _editable(args) -> int:
 
     from .artifacts import branch as branch_mod
     from .artifacts.editable import editable_install
-    from .report import ampere_summary, render_review_line
+    from .report import ampere_summary, checks_line, render_review_line
 
     branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
     review = _require_reviewed(branch, args, "editable")
-    branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
+    print(checks_line(branch_mod.gate(branch, import_smoke=not args.no_import_smoke)))
     print(f"ampere gate: {ampere_summary(_ampere_gate_of(branch, args))}")
     print(render_review_line(review))
     branch_mod.require_checked_out(branch, args.repo)
@@ -697,7 +708,7 @@ def _image_overlay(args) -> int:
 
 def _status(args) -> int:
     from . import compose
-    from .report import render_status, write_json
+    from .report import render_status, smoke_skipped, write_json
     from .results import ComposeStatus
     from .series import version_of_tag
     from .status import ReleaseStatus, write_marked_section
@@ -705,7 +716,9 @@ def _status(args) -> int:
     from .validation.gpu_evidence import collect_gpu_evidence
 
     cache = _cache(args)
-    options = compose.ComposeOptions(offline=args.offline, keep_state=False, init=args.init)
+    options = compose.ComposeOptions(
+        offline=args.offline, keep_state=False, init=args.init, import_smoke=not args.no_import_smoke
+    )
     gpu = collect_gpu_evidence(args.gpu_results)
     unavailable = None
     if not args.no_ampere_gate:
@@ -732,7 +745,8 @@ def _status(args) -> int:
             args.repo, args.series, tag, composed=result.status is ComposeStatus.COMPOSED
         )
         rows.append(row)
-        print(f"{tag}: {result.status}", flush=True)
+        skipped = smoke_skipped(result.final_checks)
+        print(f"{tag}: {result.status}" + (f" (import smoke skipped: {skipped})" if skipped else ""), flush=True)
         if args.json_dir:
             write_json(args.json_dir / f"{tag}.json", result.to_json())
     table = render_status(rows)
@@ -824,7 +838,7 @@ def _audit_series(args) -> int:
     from .report import render_compose
 
     if not args.onto:
-        raise ComposeError("--onto TAG is required", hint="e.g. args: [--onto, v0.26.0] in .pre-commit-config.yaml")
+        raise CommandLineError("--onto TAG is required", hint="e.g. args: [--onto, v0.26.0] in .pre-commit-config.yaml")
     worst = ExitCode.OK
     for tag in args.onto:
         with tempfile.TemporaryDirectory(prefix="vllm-compose-audit-") as tmp:

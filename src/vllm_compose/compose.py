@@ -208,8 +208,9 @@ class Composer:
         if not self.options.allow_dirty and not repo.is_bare and gitstore.is_dirty(repo):
             raise RepositoryError(
                 f"the repository {self.repo_dir} has uncommitted changes",
-                hint="commit or stash them first (the compose never touches the worktree, but a dirty tree "
-                "usually means unfinished work); pass --allow-dirty to go on anyway",
+                hint="commit or stash them first: a dirty tree usually means unfinished work, and after writing its "
+                "branch the compose checks it out, which it does only in a clean worktree; --allow-dirty composes "
+                "anyway and leaves the worktree and its changes as they are (the branch is not checked out)",
             )
         self.result = ComposeResult(branch=series.branch_name(tag), tag=tag, status=ComposeStatus.COMPOSED)
 
@@ -307,6 +308,7 @@ class Composer:
             changed,
             entry_id=step.entry.id,
             import_smoke=self.options.import_smoke,
+            release=str(version_of_tag(self.tag)),
         )
 
     def _audit_entries(self) -> list[str]:
@@ -344,6 +346,7 @@ class Composer:
             GitTree(self.repo, self.head.tree),
             changed,
             import_smoke=self.options.import_smoke,
+            release=str(version_of_tag(self.tag)),
         )
         first_seen: dict[tuple, str] = {}
         for e in result.entries:

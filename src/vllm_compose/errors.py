@@ -103,6 +103,15 @@ class ConflictError(ComposeError):
         super().__init__(message, **kw)
 
 
+class CommandLineError(ComposeError):
+    """Options that need or exclude one another, which argparse cannot say (`--onto` unless `--continue`): a usage
+    error like argparse's own, exit code 4."""
+
+    def __init__(self, message: str, **kw) -> None:
+        kw.setdefault("exit_code", ExitCode.USAGE)
+        super().__init__(message, **kw)
+
+
 class RefusedError(ComposeError):
     """The audit or the checks refused a result."""
 

@@ -104,8 +104,12 @@ def download(
         if mismatch is not None:
             return mismatch  # the person passed the file: "cannot download ... pass --sources" would mislead
         after = f"failed after {done} bytes: " if done else ""
+        # a copy in the cache that failed its check was removed just before this download: say so, or the user sees
+        # only a network error and never learns the file they had was damaged
+        corrupt = cache.corrupt.get(sha256)
         return SourceError(
-            f"cannot download {what}: {after}{_describe_network_error(exc)}",
+            (f"{corrupt.removesuffix('; run again to re-download')}, and " if corrupt else "")
+            + f"cannot download {what}: {after}{_describe_network_error(exc)}",
             hint=f"retry when the network is back, or {remedy}; nothing was kept",
         )
 
@@ -311,8 +315,10 @@ def find_sdist(version: Version, index_url: str, project: str = PROJECT) -> Inde
     below = [str(v) for v in available if v < version][-3:]
     above = [str(v) for v in available if v > version][:3]
     nearby = ", ".join(below + above) or "none"
+    # the next release after the one asked for, or, past the newest, the newest (not the oldest of those listed)
+    suggestion = above[0] if above else below[-1] if below else "0.26.0"
     raise SourceError(
         f"vLLM {version} has no sdist on {redact_url(index_url)} (nearby releases: {nearby})",
         tag=tag_of_version(version),
-        hint="pick a released version (e.g. --onto v" + (above or below or ["0.26.0"])[0] + ")",
+        hint=f"pick a released version (e.g. --onto v{suggestion})",
     )

@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, field
 
 import pygit2
-from packaging.version import Version
 
 from . import gitstore
 from .conflict import files_with_markers
@@ -27,7 +26,7 @@ from .patchfile import FilePatch, Patch, decode_text, encode_text, ends_in_crlf,
 from .placement import FilePlacement, Verdict, place_file, place_hunk
 from .results import EntryOutcome, EntryStatus, HunkOutcome, Method
 from .review import landings_of_file
-from .series import Entry, version_of_tag
+from .series import Entry
 from .sources import resolve_entry_commits
 from .trailers import COMPOSED_BY, REVIEW_OVERRIDE
 from .trees import GitTree
@@ -123,7 +122,7 @@ def _place_entry(
     own_hunks = [h for h in outcome.hunks if not h.resolved_by]
     verdicts = [h.verdict for h in own_hunks]
     upstream = [h for h in own_hunks if h.verdict is Verdict.ALREADY_APPLIED]
-    shipped = _shipped_upstream(entry, tag)
+    shipped = entry.shipped_by(tag)
     if shipped and upstream:
         # Upstream merged the PR, usually in an evolved form: the pinned diff no longer describes the release's
         # code, so re-applying its remaining hunks would duplicate or fight upstream's version.
@@ -168,11 +167,6 @@ def _place_entry(
     if outcome.status is EntryStatus.CONFLICT:
         step.worktree_files = files_with_markers(file_placements)
     return step
-
-
-def _shipped_upstream(entry: Entry, tag: str) -> bool:
-    """Whether the series declares that this release already ships the entry's PR."""
-    return bool(entry.upstream_release) and version_of_tag(tag) >= Version(entry.upstream_release)
 
 
 def _merge_entry(

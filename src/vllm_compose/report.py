@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .atomicfile import write_atomically
+from .checks import failure_hint
 from .errors import ComposeError
 from .results import CheckStatus, ComposeStatus, EntryStatus, HunkVerdict, Severity
 from .series_diff import DiffStatus
@@ -156,6 +157,9 @@ def render_compose(result) -> str:
         out.append(render_review_line(result.review))
     verdict = _COMPOSE_VERDICT[result.status]
     out.append(f"{verdict}: {result.message}")
+    if result.status == ComposeStatus.REFUSED and result.final_checks and not result.final_checks.ok:
+        fix = "fix the series with a skew-fix entry (or pass --accept-check-failures, recorded in the report)"
+        out.append(f"  hint: {failure_hint(result.final_checks, fix)}")
     if result.status == ComposeStatus.COMPOSED:
         out.append(f"branch {result.branch} -> {(result.head or '')[:12]}")
         if result.build_setup is not None:
@@ -184,11 +188,26 @@ def ampere_summary(report) -> str:
     return f"pass ({len(report.kernels)} kernel x target compiled; {specs})"
 
 
+def checks_line(report) -> str:
+    """A check report in one line, each skipped check with its reason (an artifact's summary)."""
+    return "checks: " + ", ".join(
+        f"{r.name} {r.status}" + (f" ({r.reason})" if r.reason else "") for r in report.results
+    )
+
+
+def smoke_skipped(report) -> str | None:
+    """Why the import smoke of `report` (a `CheckReport`, or None) was skipped, or None when it ran or is absent."""
+    for r in report.results if report is not None else []:
+        if r.name == "import-smoke" and r.status == CheckStatus.SKIPPED:
+            return r.reason
+    return None
+
+
 def render_wheel(branch, stock: Path, checks, ampere, review: Review, verified: int | None, out: Path) -> str:
     """`vllm-compose wheel`: what it was built from, the gates it passed, and the wheel's path (last line)."""
     lines = [
         f"{branch.branch} ({len(branch.entries)} entries, {len(branch.changed)} changed files) onto {stock.name}",
-        "checks: " + ", ".join(f"{r.name} {r.status}" for r in checks.results),
+        checks_line(checks),
         f"ampere gate: {ampere_summary(ampere)}",
         render_review_line(review),
     ]
@@ -383,6 +402,16 @@ def _relay_cell(compose, stock) -> str:
     )
 
 
+def _branch_cell(result) -> str:
+    """The branch the compose wrote and the version its install and wheel carry: what the docs would otherwise copy
+    by hand and let go stale."""
+    if result.status != ComposeStatus.COMPOSED:
+        return "—"
+    setup = result.build_setup
+    version = f"`{setup.version}`" if setup is not None and setup.version else "no build setup"
+    return f"`{result.branch}`; {version}"
+
+
 def render_status(rows: list[ReleaseStatus]) -> str:
     """Markdown: one row per release; columns: composed, audit, checks, Ampere gate (compose; stock), GPU runs, the
     IndexCache top-k relay (compose; stock), each PR entry, the local fixes applied."""
@@ -404,6 +433,7 @@ def render_status(rows: list[ReleaseStatus]) -> str:
         "PP top-k relay, IndexCache (compose; stock)",
         *pr_ids,
         "skew fixes applied",
+        "branch; version (`pip install -e vllm/`, wheel)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -421,6 +451,7 @@ def render_status(rows: list[ReleaseStatus]) -> str:
             _relay_cell(row.topk_relay, row.stock_topk_relay),
             *[_entry_cell(by_id[p]) if p in by_id else "—" for p in pr_ids],
             f"{len(fixes)}: " + ", ".join(fixes) if fixes else "0",
+            _branch_cell(r),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     problems = [(r.tag, r.message) for r in results if r.status != ComposeStatus.COMPOSED]

@@ -187,6 +187,11 @@ class Entry:
             return True
         return spec.contains(version_of_tag(tag), prereleases=True)
 
+    def shipped_by(self, tag: str) -> bool:
+        """Whether the series declares that release `tag` already ships this entry's PR (`upstream_release`): the
+        compose drops the entry there (or stops, where the release lacks its hunks); it never applies it."""
+        return bool(self.upstream_release) and version_of_tag(tag) >= Version(self.upstream_release)
+
     def written_for_tag(self, tag: str) -> bool:
         """Whether this fix was written for release `tag`: its `written_for`, or, without one, its `tags`."""
         if self.written_for is None:
@@ -217,16 +222,23 @@ class Series:
                 return e
         raise KeyError(entry_id)
 
-    def pr_numbers(self) -> list[int]:
-        return [e.pr for e in self.entries if e.kind == "upstream-pr" and e.pr is not None]
+    def pr_numbers(self, tag: str) -> list[int]:
+        """The PR numbers a compose onto `tag` applies, in series order: the upstream PR entries whose `tags`
+        include it and that the release does not ship already (`Entry.shipped_by`)."""
+        return [
+            e.pr
+            for e in self.entries
+            if e.kind == "upstream-pr" and e.pr is not None and e.applies_to(tag) and not e.shipped_by(tag)
+        ]
 
     def branch_name(self, tag: str) -> str:
-        """`compose-<PR numbers of the upstream PR entries, in order, joined by '-'>-<tag>`.
+        """`compose-<PR numbers the compose onto tag applies, in order, joined by '-'>-<tag>`.
 
-        Every PR entry counts, also one that a given tag does not need (it ships upstream there): the name says
-        what the branch composes, and stays the same family across tags.
+        The name says what the branch carries, as the version label (`compose.<PRs>.g<digest>`) does: from the
+        release that ships a PR, the PR is dropped and the name leaves it out (`compose-38476-v0.30.0`). It is
+        known from the series alone, before any compose, so the CLI can name the branch it will check out.
         """
-        prs = "-".join(str(n) for n in self.pr_numbers())
+        prs = "-".join(str(n) for n in self.pr_numbers(tag))
         return f"compose-{prs}-{tag}" if prs else f"compose-{tag}"
 
     def entries_for(self, tag: str) -> list[Entry]:

@@ -29,7 +29,7 @@ from pathlib import Path
 import pygit2
 
 from .. import gitstore
-from ..checks import CheckReport, run_checks
+from ..checks import CheckReport, failure_hint, run_checks
 from ..errors import RefusedError, RepositoryError
 from ..results import Severity
 from ..review import Review, landings_of_commit, load_approvals, review_of
@@ -203,7 +203,12 @@ def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None =
     Returns the report (warnings and a skipped import smoke do not refuse; the report shows them).
     """
     report = run_checks(
-        branch.release_tree(), branch.composed_tree(), branch.changed, import_smoke=import_smoke, python=python
+        branch.release_tree(),
+        branch.composed_tree(),
+        branch.changed,
+        import_smoke=import_smoke,
+        python=python,
+        release=branch.version,
     )
     if not report.ok:
         errors = [str(f) for f in report.findings if f.severity == Severity.ERROR]
@@ -211,7 +216,7 @@ def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None =
         raise RefusedError(
             f"the checks of {branch.branch} against {branch.tag} fail: {shown}",
             tag=branch.tag,
-            hint="fix the series (a skew-fix entry) and compose again; no artifact was built",
+            hint=failure_hint(report, "fix the series (a skew-fix entry) and compose again; no artifact was built"),
         )
     return report
 

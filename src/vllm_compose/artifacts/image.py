@@ -1,7 +1,7 @@
 """The container image: compose the series onto the vLLM installed in an image's site-packages, in place.
 
-The Dockerfile (`FROM vllm/vllm-openai:<tag>`) runs `vllm-compose image-overlay --site-packages DIR`, which calls
-`overlay_site_packages`. The steps, in order:
+The Dockerfile (`FROM docker.io/vllm/vllm-openai:<tag>`) runs `vllm-compose image-overlay --site-packages DIR`,
+which calls `overlay_site_packages`. The steps, in order:
 
 1. release   — read the installed version (`vllm-*.dist-info/METADATA`) and record the installed `vllm/` package
                (everything but compiled objects) as release commit `v<version>` in a scratch git repository. The
@@ -37,13 +37,14 @@ from .. import gitstore
 from ..atomicfile import write_atomically
 from ..audit import AuditReport, audit
 from ..cache import Cache
-from ..checks import CheckReport, run_checks
+from ..checks import NO_IMPORT_SMOKE, CheckReport, failure_hint, run_checks
 from ..compose import ComposeOptions, Composer
 from ..errors import ComposeError, ExitCode, RefusedError
 from ..patchfile import parse_patch
 from ..report import render_audit
 from ..results import ComposeResult, ComposeStatus, OverlayStatus, Severity
 from ..review import require_reviewed
+from ..series import version_of_tag
 from ..trees import DirTree, GitTree
 from ..validation.ampere_gate import export_tree, require_gate
 from . import branch as branch_mod
@@ -239,6 +240,7 @@ def overlay_site_packages(
                 result.changed,
                 import_smoke=import_smoke,
                 python=python or sys.executable,
+                release=str(version_of_tag(tag)),
             )
             result.checks = checks
             _refuse_unless_clean(report, checks, tag)
@@ -263,7 +265,12 @@ def _refuse_unless_clean(report, checks: CheckReport, tag: str) -> None:
     if not checks.ok:
         problems += [str(f) for f in checks.findings if f.severity == Severity.ERROR]
     if problems:
-        raise RefusedError("; ".join(problems), tag=tag, hint="fix the series and build again")
+        hint = failure_hint(
+            checks,
+            "fix the series and build again",
+            f"{NO_IMPORT_SMOKE} (VLLM_COMPOSE_IMPORT_SMOKE=0 in a docker build)",
+        )
+        raise RefusedError("; ".join(problems), tag=tag, hint=hint)
 
 
 def _install(site_packages: Path, before: GitTree, after: GitTree, paths: list[str]) -> None:

@@ -12,6 +12,13 @@ the checks, `series-diff` and the overlay of `vllm-compose wheel` / `image-overl
 * adds four lines to vLLM's `setup.py`, right after `ROOT_DIR = ...`: load that file and call `configure()`, which
   sets `VLLM_USE_PRECOMPILED`, `VLLM_PRECOMPILED_WHEEL_LOCATION` (the wheel, downloaded once into the cache and
   verified), `VLLM_VERSION_OVERRIDE` and `VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX` unless the environment sets them;
+* adds an `[editable_wheel]` section to `setup.cfg` (creating the file where the tree has none) that makes
+  `pip install -e` path-based (setuptools' `compat` mode: a `.pth` file puts the tree's root on `sys.path`)
+  instead of setuptools' default import hook. The hook is consulted only after the path search, and that search
+  stops at the first folder called `vllm` on `sys.path`: run from a project holding the tree as its `vllm/`
+  submodule, `import vllm` would give that folder as an empty namespace package. With the root on `sys.path` the
+  search finds `vllm/vllm/__init__.py`, a regular package, which wins over a namespace portion found earlier;
+  `pip install -e vllm/ --config-settings editable_mode=lenient` still asks for the hook;
 * removes `vllm/_version.py`, `PKG-INFO` and `vllm.egg-info/` (what the sdist import brought and upstream's git
   tree does not have): the build writes all three, so tracked they would make the worktree dirty after every
   install and the next `rebase` refuse. Upstream's own `.gitignore` ignores them once untracked, and the `.so`
@@ -48,6 +55,14 @@ HOOK_DIR = ".vllm-compose"
 BUILD_OUTPUTS = ("vllm/_version.py", "PKG-INFO", "vllm.egg-info")
 _ANCHOR = re.compile(r"^ROOT_DIR = Path\(__file__\)\.parent\n", re.M)
 _LOADER = re.compile(r"^def load_module_from_path\(", re.M)
+#: appended to setup.cfg: `pip install -e` writes a .pth file naming the tree's root (module docstring); a command
+#: line `--config-settings editable_mode=...` overrides it, as command-line options override setup.cfg
+EDITABLE_SECTION = (
+    "\n# vllm-compose: `pip install -e` puts this folder on sys.path (a .pth file), not an import hook, so `import\n"
+    "# vllm` finds vllm/vllm/ from every folder, also from one whose vllm/ subfolder is this tree\n"
+    "[editable_wheel]\nmode = compat\n"
+)
+_EDITABLE_HEADER = re.compile(r"^\[editable_wheel\]\s*$", re.M)
 SETUP_LINES = (
     "# vllm-compose: take the compiled kernels from the release's stock wheel, sha256-checked (.vllm-compose/)\n"
     '_VLLM_COMPOSE_HOOK = os.path.join(ROOT_DIR, ".vllm-compose", "precompiled.py")\n'
@@ -115,6 +130,7 @@ def build_commit(
     spec = {"release": version, "version": full_version, "wheels": wheels}
     changes: dict[str, bytes | None] = {
         "setup.py": (text[: anchor.end()] + SETUP_LINES + text[anchor.end() :]).encode("utf-8", "surrogateescape"),
+        **_editable_mode(tree),
         f"{HOOK_DIR}/precompiled.py": hook_source(),
         f"{HOOK_DIR}/precompiled.json": (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode(),
         # setup.py loads the hook as a module, which writes its bytecode beside it unless PYTHONDONTWRITEBYTECODE
@@ -131,7 +147,9 @@ def build_commit(
         f"`pip install -e .` takes the compiled kernels from the stock wheel of this release instead of compiling\n"
         f"them, checks its sha256, and installs vllm {full_version}. .vllm-compose/precompiled.py says what it\n"
         f"downloads and how to build from source instead (VLLM_USE_PRECOMPILED=0). The build outputs the sdist\n"
-        f"import tracked ({', '.join(BUILD_OUTPUTS)}) are removed, so an install leaves the worktree clean.\n\n"
+        f"import tracked ({', '.join(BUILD_OUTPUTS)}) are removed, so an install leaves the worktree clean.\n"
+        f"setup.cfg makes the editable install path-based ([editable_wheel] mode = compat): `import vllm` then\n"
+        f"finds this tree also from a folder whose vllm/ subfolder it is, where an import hook comes too late.\n\n"
         f"Stock wheels: {arches}\n"
         f"Onto: {tag}\n{BUILD_TRAILER}\n{COMPOSED_BY}\n"
     )
@@ -148,6 +166,20 @@ def build_commit(
         full_version,
         wheels,
     )
+
+
+def _editable_mode(tree: GitTree) -> dict[str, bytes]:
+    """setup.cfg with `EDITABLE_SECTION` appended (the file created where the tree has none); nothing where it
+    already has an `[editable_wheel]` section (a second one would make setup.cfg unreadable to setuptools, and the
+    tree's own choice stands)."""
+    cfg = tree.read("setup.cfg")
+    text = cfg.decode("utf-8", "surrogateescape") if cfg is not None else ""
+    if _EDITABLE_HEADER.search(text):
+        return {}
+    if not text:
+        return {"setup.cfg": EDITABLE_SECTION.lstrip("\n").encode()}
+    text += "" if text.endswith("\n") else "\n"
+    return {"setup.cfg": (text + EDITABLE_SECTION).encode("utf-8", "surrogateescape")}
 
 
 def is_build_commit(commit: pygit2.Commit) -> bool:

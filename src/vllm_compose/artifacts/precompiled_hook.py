@@ -105,6 +105,7 @@ def _remember_name(root: Path, filename: str, sha256: str, url: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=names, prefix=_incoming_prefix())
     with os.fdopen(fd, "w") as fh:
         json.dump({"sha256": sha256, "origin": url}, fh)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the entry from the others sharing the cache, as for the blob
     os.replace(tmp, names / filename)
 
 
