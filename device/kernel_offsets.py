@@ -32,6 +32,7 @@ import time
 import types
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sm80_ptx, beside this file
 OPS = "vllm/v1/attention/ops"
 CASES = [
     "paged_decode:low",
@@ -188,31 +189,41 @@ def case_sparse_mla(mods, where: str) -> dict:
     return out
 
 
-def run_one(root: Path, case: str) -> dict:
+def run_one(root: Path, case: str, sm80_ptx: bool = False) -> dict:
     kind, where = case.split(":")
+    compiled: list[dict] = []
+    if sm80_ptx:
+        from sm80_ptx import enable
+
+        enable(compiled)
     mods = load_kernels(root)
     t0 = time.time()
     result = {"case_paged_decode": case_paged_decode, "case_prefill": case_prefill, "case_sparse_mla": case_sparse_mla}[
         f"case_{kind}"
     ](mods, where)
     checks = [v for v in result.values() if isinstance(v, dict)]
-    return {"outcome": "pass" if all(c["ok"] for c in checks) else "mismatch", "seconds": time.time() - t0, **result}
+    outcome = "pass" if all(c["ok"] for c in checks) else "mismatch"
+    return {"outcome": outcome, "seconds": time.time() - t0, "sm80_ptx": sm80_ptx, "compiled": compiled, **result}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", action="append", type=Path, required=True, help="a tree root holding vllm/ (repeat)")
     ap.add_argument("--case", choices=CASES, action="append", help="default: all")
+    ap.add_argument(
+        "--sm80-ptx", action="store_true", help="compile for sm_80 and assemble that PTX (device/sm80_ptx.py)"
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(run_one(args.tree[0], args.case[0])), flush=True)
+        print("RESULT " + json.dumps(run_one(args.tree[0], args.case[0], args.sm80_ptx)), flush=True)
         return 0
     results = []
     for root in args.tree:
         for case in args.case or CASES:
             cmd = [sys.executable, __file__, "--one", "--tree", str(root), "--case", case]
+            cmd += ["--sm80-ptx"] if args.sm80_ptx else []
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode == 0 and lines:

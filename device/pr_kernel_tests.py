@@ -30,13 +30,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, required=True, help="a tree root holding vllm/v1/attention/ops/")
     ap.add_argument("--tests", type=Path, required=True, help="a folder holding tests/kernels/attention/")
+    ap.add_argument("--sm80-ptx", action="store_true", help="compile for sm_80 and assemble that PTX (sm80_ptx.py)")
+    ap.add_argument("--record", type=Path, help="with --sm80-ptx: write the compiled kernels' records here (JSON)")
     ap.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest")
     args = ap.parse_args()
     import pytest
 
+    compiled: list[dict] = []
+    if args.sm80_ptx:
+        from sm80_ptx import enable
+
+        enable(compiled)
     install_vllm_shim(args.tree)
     files = sorted(str(p) for p in (args.tests / "tests" / "kernels" / "attention").glob("test_*.py"))
-    return pytest.main([*files, "-p", "no:cacheprovider", *args.pytest_args])
+    rc = pytest.main([*files, "-p", "no:cacheprovider", *args.pytest_args])
+    if args.record:
+        import json
+
+        args.record.write_text(json.dumps(compiled, indent=1) + "\n")
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""Run Triton kernels on a Hopper GPU as an A100 would: compiled for sm_80, assembled from that PTX.
+
+A lab helper. Triton builds for the GPU it runs on, so on an H200 a kernel takes Hopper's instructions (wgmma, TMA,
+native fp8 conversions) even when vLLM's Python is told the device is sm_80. `enable()` makes every later Triton
+compile target sm_80 (the driver's current target answers capability 80: TTGIR layouts, LLVM and the PTX's
+`.target` are sm_80's, so an fp8e4nv store fails to compile as it does on an A100), and assembles that PTX with
+ptxas for the GPU actually present, as the driver's JIT does for a PTX-only image: sm_80 instructions, run on sm_90.
+Each compiled kernel is recorded (name, the PTX's `.target`, whether Hopper-only instructions appear), so a run can
+show which kernels took the sm_80 path.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: PTX that an sm_80 build never holds (wgmma, TMA bulk copies, setmaxnreg): its presence means the sm_80 path was
+#: not taken
+HOPPER_ONLY = re.compile(r"\b(wgmma\.|cp\.async\.bulk\.tensor|setmaxnreg)")
+
+
+def enable(records: list[dict]) -> None:
+    """Target sm_80 for every later compile in this process; append one record per compiled kernel to `records`."""
+    import torch
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    major, minor = torch.cuda.get_device_capability()
+    device_arch = major * 10 + minor
+    active = driver.active
+    active.get_current_target = lambda: GPUTarget("cuda", 80, 32)
+
+    def hook(backend, stages, options, language, capability):
+        make_ptx = stages["ptx"]
+
+        def ptx(src, metadata):
+            text = make_ptx(src, metadata)
+            target = re.search(r"\.target (sm_\d+\w*)", text)
+            records.append(
+                {
+                    "kernel": metadata.get("name"),
+                    "ptx_target": target.group(1) if target else None,
+                    "hopper_only_instructions": bool(HOPPER_ONLY.search(text)),
+                    "assembled_for": f"sm_{device_arch}",
+                }
+            )
+            return text
+
+        stages["ptx"] = ptx
+        stages["cubin"] = lambda src, metadata: backend.make_cubin(src, metadata, options, device_arch)
+
+    knobs.runtime.add_stages_inspection_hook = hook
