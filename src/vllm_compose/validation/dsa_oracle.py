@@ -52,20 +52,23 @@ _CHUNK_ELEMENTS = 1 << 26
 # in the Triton interpreter on a CPU against this reference, seeded random inputs.
 
 #: indexer logits: the kernels decode the same fp8 bytes exactly to bf16 and accumulate in fp32, so they differ from
-#: the reference by summation order alone (measured: relative error <= 4e-7 of the row's largest |logit|)
+#: the reference by summation order alone (measured: 5.6e-8 of the largest |logit| for the paged
+#: form, 3.4e-8 for the prefill form; the threshold leaves room for a GPU's other summation order)
 LOGITS_RTOL = 1e-4
 LOGITS_ATOL = 1e-4
 
 #: top-k: with logits equal to summation noise the sets differ only where two keys tie at the k-th place; a key the
 #: kernel picked whose reference logit lies within `TOPK_TIE_TOLERANCE` (relative to the row's largest |logit|) of
-#: the reference's k-th logit counts as a hit (measured: recall 1.0 on every row, ties included)
+#: the reference's k-th logit counts as a hit (measured: recall 1.0 on every row at top-k 8 and 16)
 TOPK_MIN_RECALL = 0.999
 TOPK_TIE_TOLERANCE = 1e-4
 
 #: sparse MLA: the kernel rounds the softmax weights to bf16 before the value product and its output to bf16, so it
-#: sits about 2**-9 from the reference (measured: cosine >= 0.99999, max abs error <= 3.2e-3 of the largest |value|)
+#: sits within a few 2**-9 of the reference, relative to the output's scale (measured: cosine >= 0.999995, max abs
+#: error 2.8e-3 of the largest |output|; with every index shifted by one slot: mean cosine 0.03, max error 1.6 of
+#: it)
 ATTN_MIN_COSINE = 0.9995
-ATTN_MAX_ABS_ERROR = 2e-2
+ATTN_MAX_REL_ERROR = 1e-2
 
 
 class DsaOracleError(ComposeError):
@@ -506,11 +509,15 @@ class AttentionVerdict:
 
     min_cosine: float
     mean_cosine: float
+    #: largest |got - want| over every token, head and lane
     max_abs_error: float
+    #: that error relative to the largest |want| (the output is a convex combination of values, so this is the
+    #: values' scale; 0 when the output is all zero)
+    max_rel_error: float
     #: (token, head) of the lowest cosine
     worst: tuple[int, int]
     min_cosine_threshold: float
-    max_abs_error_threshold: float
+    max_rel_error_threshold: float
     passed: bool
 
 
@@ -518,24 +525,28 @@ def compare_attention(
     got: torch.Tensor,
     want: torch.Tensor,
     min_cosine: float = ATTN_MIN_COSINE,
-    max_abs_error: float = ATTN_MAX_ABS_ERROR,
+    max_rel_error: float = ATTN_MAX_REL_ERROR,
 ) -> AttentionVerdict:
-    """Passes when every token and head has cosine >= `min_cosine` and |got - want| <= `max_abs_error` (absolute:
-    the output is a convex combination of the values, so its scale is the values' scale). NaN fails."""
+    """Passes when every token and head has cosine >= `min_cosine` and every |got - want| is at most
+    `max_rel_error` times the largest |want| (the kernel's bf16 roundings are relative to the values' scale, not
+    to each lane). NaN fails."""
     cos, err = attention_metrics(got, want)
     if cos.numel() == 0:
-        return AttentionVerdict(1.0, 1.0, 0.0, (0, 0), min_cosine, max_abs_error, True)
+        return AttentionVerdict(1.0, 1.0, 0.0, 0.0, (0, 0), min_cosine, max_rel_error, True)
     cos_nan = torch.nan_to_num(cos, nan=-2.0)
     flat = int(torch.argmin(cos_nan))
     worst = (flat // cos.shape[1], flat % cos.shape[1])
     min_cos = float(cos_nan.min())
     max_err = float(torch.nan_to_num(err, nan=float("inf")).max())
+    scale = float(want.float().abs().max())
+    rel = max_err / scale if scale else (0.0 if max_err == 0 else float("inf"))
     return AttentionVerdict(
         min_cosine=min_cos,
         mean_cosine=float(cos.mean()),
         max_abs_error=max_err,
+        max_rel_error=rel,
         worst=worst,
         min_cosine_threshold=min_cosine,
-        max_abs_error_threshold=max_abs_error,
-        passed=min_cos >= min_cosine and max_err <= max_abs_error,
+        max_rel_error_threshold=max_rel_error,
+        passed=min_cos >= min_cosine and rel <= max_rel_error,
     )
