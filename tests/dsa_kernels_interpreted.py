@@ -10,6 +10,9 @@ through device/kernel_offsets.py's `install_vllm_shim`. This script computes no 
 `vllm_compose.validation.dsa_oracle`, in its own process. Each autotuned kernel runs with its first config only (the
 interpreter would otherwise run every config to time it, for the same result); the config is saved with the run.
 
+Two limits of Triton 3.6's interpreter are corrected in the interpreter (never in the kernels), each function
+saying why: bf16 `tl.dot` operands (multiplied as bit patterns) and 1-element loop bounds (refused by `range`).
+
 The planted faults run the same kernels on wrong inputs, as a release bug would feed them: the paged logits with
 two block-table entries swapped, the sparse MLA with every index shifted by one slot.
 """
@@ -32,9 +35,9 @@ DECODE_BLOCKS = ((7, 2, 9, 0), (4, 11, 1, 6))
 #: prefill: two requests' rows over one flat key array (keys 0-19 request A, 20-43 request B), causal [ks, ke)
 PREFILL = dict(heads=8, dim=64, ks=(0, 0, 0, 20, 20, 20, 20), ke=(18, 19, 20, 41, 42, 43, 44), n=44)
 #: sparse MLA: 3 tokens x 20 heads (two head groups of 16, the second partly masked) over 300 slots, top-k 32,
-#: token 1 with its last 7 indices -1, token 2 with none valid but one. Split-KV (2 splits) is tried too: Triton
-#: 3.6's interpreter cannot run it (the split's end, `tl.minimum(...)`, is a 1-element array where `range` wants a
-#: scalar), and the error is saved for the test's skip reason
+#: token 1 with its last 7 indices -1, token 2 with none valid but one (so its second split-KV half is empty). The
+#: single-pass kernel and split-KV with 2 splits (split kernel + merge kernel); an error of the latter is saved for
+#: the test's skip reason rather than ending the run
 SPARSE = dict(tokens=3, heads=20, slots=300, topk=32, sm_scale=0.0416)
 
 
@@ -70,6 +73,30 @@ def _widen_bf16_dot_operands() -> str:
 
     interpreter.InterpreterBuilder.create_dot = create_dot
     return "bf16 tl.dot operands widened to fp32 (Triton interpreter create_dot multiplies bf16 bit patterns)"
+
+
+def _scalar_loop_bounds() -> str:
+    """Let the interpreter take a 1-element tensor as a loop bound; returns what was changed, for the record.
+
+    In compiled Triton `tl.minimum` of two scalars is a scalar; Triton 3.6's interpreter keeps it as a 1-element
+    array, and its `tensor.__index__` (`int(array)`) refuses that, so `range(split_start, split_end, BLOCK_N)` in the
+    split-KV sparse-MLA kernel cannot run ("only 0-dimensional arrays can be converted to Python scalars"). Reading
+    the array's one element is what the compiled kernel does. The kernels under test are not touched."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+
+        def index(self):
+            data = self.handle.data
+            return int(data.reshape(())) if data.size == 1 else int(data)
+
+        scope.set_attr(tensor, "__index__", index)
+
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    return "a 1-element tensor taken as a scalar loop bound (Triton interpreter tensor.__index__)"
 
 
 def _first_config_only(module) -> dict:
@@ -150,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    patch = _widen_bf16_dot_operands()
+    patch = [_widen_bf16_dot_operands(), _scalar_loop_bounds()]
     mods = _kernels(args.tree)
     configs = {name: _first_config_only(mod) for name, mod in mods.items()}
     g = torch.Generator().manual_seed(20261202)
