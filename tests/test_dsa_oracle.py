@@ -147,6 +147,17 @@ def test_recall_counts_sets_and_ignores_padding():
     assert o.topk_recall(got, want).tolist() == [0.5, 1.0, 0.0, 1.0]
 
 
+def test_recall_agrees_with_python_sets_on_random_rows():
+    g = torch.Generator().manual_seed(7)
+    got = torch.randint(-1, 12, (200, 6), generator=g)
+    want = torch.randint(-1, 12, (200, 6), generator=g)
+    expected = []
+    for a, b in zip(got.tolist(), want.tolist(), strict=True):
+        sa, sb = set(a) - {-1}, set(b) - {-1}
+        expected.append(len(sa & sb) / len(sb) if sb else (0.0 if sa else 1.0))
+    assert o.topk_recall(got, want).tolist() == pytest.approx(expected)
+
+
 def test_compare_topk_forgives_a_tie_at_the_boundary_only():
     logits = torch.tensor([[5.0, 1.0, 4.0, 1.0, 0.5]])
     want = o.topk_indices(logits, 3)  # 0, 2 and 1 (1 and 3 tie; the smaller index wins)

@@ -100,6 +100,7 @@ def _block_bytes(kv_cache: torch.Tensor, block_size: int, head_dim: int) -> torc
     """`[num_blocks, block_size * (head_dim + 4)]` uint8: each block's used bytes, whatever the page stride."""
     _check(kv_cache.dtype == torch.uint8, f"the indexer cache is {kv_cache.dtype}, not uint8", "kv_cache")
     _check(kv_cache.dim() >= 2, f"the indexer cache has {kv_cache.dim()} dimensions, not >= 2", "kv_cache")
+    _check(kv_cache.shape[0] > 0, "the indexer cache holds no block", "kv_cache")
     used = block_size * (head_dim + SCALE_BYTES)
     page = kv_cache.stride(0)
     _check(
@@ -108,7 +109,7 @@ def _block_bytes(kv_cache: torch.Tensor, block_size: int, head_dim: int) -> torc
         "kv_cache",
         hint="check block_size and head_dim against the cache's allocation",
     )
-    inner = kv_cache[0].numel() if kv_cache.dim() > 1 else 0
+    inner = kv_cache[0].numel()
     _check(
         inner >= used and kv_cache[0].is_contiguous(),
         f"a block of the cache holds {inner} contiguous bytes, not the {used} it needs",
@@ -415,16 +416,35 @@ def compare_logits(
     return LogitsVerdict(max_err, rel, mismatches, atol, rtol, passed)
 
 
+def _distinct_valid(sorted_rows: torch.Tensor) -> torch.Tensor:
+    """Mask of the entries of row-sorted indices that are not -1 and not a repeat of the entry before."""
+    first = torch.ones_like(sorted_rows, dtype=torch.bool)
+    first[:, 1:] = sorted_rows[:, 1:] != sorted_rows[:, :-1]
+    return first & (sorted_rows != -1)
+
+
+def _hits(got: torch.Tensor, want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(g, g_ok, in_want)`: got's rows sorted, the mask of their distinct valid entries, and which of those are in
+    the same row of want (by binary search in want's sorted row)."""
+    _check(got.dim() == 2 and want.dim() == 2, "top-k index sets must be [T, k]", "indices")
+    _check(got.shape[0] == want.shape[0], f"{got.shape[0]} rows vs {want.shape[0]}", "indices")
+    g = torch.sort(got.long(), dim=1).values
+    w = torch.sort(want.long().to(g.device), dim=1).values.contiguous()
+    g_ok = _distinct_valid(g)
+    if w.shape[1] == 0:
+        return g, g_ok, torch.zeros_like(g_ok)
+    pos = torch.searchsorted(w, g.contiguous()).clamp_max(w.shape[1] - 1)
+    return g, g_ok, g_ok & (w.gather(1, pos) == g)
+
+
 def topk_recall(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
     """Per row, `|got ∩ want| / |want|` over the indices other than -1 (as sets: order and repeats do not count),
     `[T]` fp32. A row where `want` has no index scores 1.0 when `got` has none either, else 0.0."""
-    _check(got.dim() == 2 and want.dim() == 2, "top-k index sets must be [T, k]", "indices")
-    _check(got.shape[0] == want.shape[0], f"{got.shape[0]} rows vs {want.shape[0]}", "indices")
-    out = torch.empty(got.shape[0], dtype=torch.float32)
-    for r, (a, b) in enumerate(zip(got.tolist(), want.tolist(), strict=True)):
-        sa, sb = {i for i in a if i != -1}, {i for i in b if i != -1}
-        out[r] = len(sa & sb) / len(sb) if sb else (0.0 if sa else 1.0)
-    return out
+    _, g_ok, in_want = _hits(got, want)
+    w_count = _distinct_valid(torch.sort(want.long(), dim=1).values).sum(dim=1).to(g_ok.device)
+    hits = in_want.sum(dim=1)
+    empty = torch.where(g_ok.any(dim=1), 0.0, 1.0)
+    return torch.where(w_count > 0, hits / w_count.clamp_min(1), empty).float().cpu()
 
 
 @dataclass(frozen=True)
@@ -461,21 +481,31 @@ def compare_topk(
     plain = topk_recall(got, want)
     tie = plain.clone()
     if logits is not None:
-        starts = torch.zeros(got.shape[0], dtype=torch.long) if row_starts is None else row_starts.long().cpu()
-        lg = logits.float().cpu()
-        for r, (a, b) in enumerate(zip(got.tolist(), want.tolist(), strict=True)):
-            sb = {i for i in b if i != -1}
-            if not sb:
-                continue
-            off = int(starts[r])
-            kth = min(float(lg[r, i + off]) for i in sb)
-            finite = lg[r][torch.isfinite(lg[r])]
-            slack = tie_tolerance * float(finite.abs().max()) if finite.numel() else 0.0
-            sa = {i for i in a if i != -1}
-            hits = sum(
-                1 for i in sa if i in sb or (0 <= i + off < lg.shape[1] and float(lg[r, i + off]) >= kth - slack)
-            )
-            tie[r] = min(1.0, hits / len(sb))
+        lg = logits.float()
+        _check(lg.dim() == 2 and lg.shape[0] == got.shape[0], f"logits has shape {tuple(lg.shape)}", "logits")
+        starts = torch.zeros(got.shape[0], dtype=torch.long, device=lg.device)
+        if row_starts is not None:
+            starts = row_starts.long().to(lg.device)
+        n = lg.shape[1]
+
+        def logit_at(idx: torch.Tensor) -> torch.Tensor:
+            """The reference logit of each index (-inf for -1 or an index outside the row)."""
+            col = idx.to(lg.device) + starts[:, None]
+            ok = (idx.to(lg.device) != -1) & (col >= 0) & (col < n)
+            vals = lg.gather(1, col.clamp(0, max(n - 1, 0)))
+            return torch.where(ok, vals, torch.full_like(vals, float("-inf")))
+
+        g, g_ok, in_want = _hits(got.to(lg.device), want.to(lg.device))
+        w_ok = _distinct_valid(torch.sort(want.long().to(lg.device), dim=1).values)
+        w_count = w_ok.sum(dim=1)
+        kth = torch.where(want.to(lg.device) != -1, logit_at(want.long()), torch.tensor(float("inf"), device=lg.device))
+        kth = kth.min(dim=1).values
+        finite = torch.where(torch.isfinite(lg), lg.abs(), torch.zeros_like(lg))
+        slack = tie_tolerance * finite.max(dim=1).values
+        tied = g_ok & ~in_want & (logit_at(g) >= (kth - slack)[:, None])
+        hits = (in_want | tied).sum(dim=1)
+        tie_rows = torch.clamp(hits / w_count.clamp_min(1), max=1.0).float().cpu()
+        tie = torch.where(w_count.cpu() > 0, tie_rows, plain)
     rows = got.shape[0]
     worst = int(torch.argmin(tie)) if rows else 0
     min_tie = float(tie.min()) if rows else 1.0
