@@ -22,8 +22,9 @@ written from the definition: every product and sum in fp32 from exactly decoded 
 picks; so the reference differs from a kernel only by the kernel's own roundings and summation order.
 
 fp8 decoding follows the OCP E4M3FN format (torch's `float8_e4m3fn`): codes 0x7f and 0xff are NaN. The Triton
-fallback's lookup table maps them to +-480 instead; vLLM's quantizers saturate to +-448 and never write them, so a
-NaN in the reference logits means the cache held bytes no quantizer wrote (an unfilled or overwritten block).
+fallback's lookup table maps them to +-480 instead. A quantizer that clamps to +-448 before the cast (as the
+indexer's fused q kernel in sparse_attn_indexer.py does) never writes them, so a NaN in the reference logits points
+at bytes no such quantizer wrote (an unfilled or overwritten block); `topk_indices` refuses it.
 """
 
 from __future__ import annotations
