@@ -13,8 +13,10 @@ was proven on GPUs, so the commands import them:
 * `kernel_gate` (`kernel-gate`: recorded kernels compiled for sm_80/86);
 * `gpu_evidence` (the status table's "run on a GPU" column, read from device result files).
 
-The other two are the GPU harness's: `tinyglm` writes a small random-init or cycle-model `glm_moe_dsa` checkpoint
-(numpy only, no hub) and `expected` predicts its greedy tokens and MTP acceptance. Only `device/` (run on a GPU
+The GPU harness's modules: `tinyglm` writes a small random-init or cycle-model `glm_moe_dsa` checkpoint (numpy
+only, no hub), `expected` predicts its greedy tokens and MTP acceptance, and `dsa_oracle` is the fp32 reference of
+DeepSeek Sparse Attention (indexer logits, top-k, sparse MLA) that a release's kernels are held to, with the
+thresholds it sets. Only `device/` (run on a GPU
 machine from a copy of the working tree, each script putting `src/` on `sys.path`: the package is not installed
 there, so these must live under `src/`), `benchmarks/mtp_decode.py` and the tests use them; they import nothing of
 the compose pipeline but the error base, and the pipeline imports nothing of them.

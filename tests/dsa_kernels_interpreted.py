@@ -1,0 +1,196 @@
+"""Run a composed tree's DSA Triton kernels on seeded inputs and save inputs and outputs (tests/test_dsa_oracle.py).
+
+Started by the test in a subprocess with TRITON_INTERPRET=1, so that the kernels run in Triton's interpreter on a
+CPU (the interpreter must be on before the kernels are decorated, and must not leak into other tests' Triton use):
+
+    TRITON_INTERPRET=1 python tests/dsa_kernels_interpreted.py --tree ROOT --out FILE.pt
+
+ROOT holds vllm/v1/attention/ops/{mqa_logits_triton,triton_mla_sparse_kernel}.py; they are loaded without vLLM
+through device/kernel_offsets.py's `install_vllm_shim`. This script computes no reference: the test does, with
+`vllm_compose.validation.dsa_oracle`, in its own process. Each autotuned kernel runs with its first config only (the
+interpreter would otherwise run every config to time it, for the same result); the config is saved with the run.
+
+Two limits of Triton 3.6's interpreter are corrected in the interpreter (never in the kernels), each function
+saying why: bf16 `tl.dot` operands (multiplied as bit patterns) and 1-element loop bounds (refused by `range`).
+
+The planted faults run the same kernels on wrong inputs, as a release bug would feed them: the paged logits with
+two block-table entries swapped, the sparse MLA with every index shifted by one slot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: paged decode: 2 requests x next_n 2, 8 heads x 64 (BLOCK_H pads to 16), blocks of 16 tokens on a padded page;
+#: context lengths not multiples of the block size, blocks scattered and out of order in the pool
+DECODE = dict(heads=8, dim=64, block_size=16, next_n=2, context_lens=(37, 50), page_bytes=1280, num_blocks=12)
+DECODE_BLOCKS = ((7, 2, 9, 0), (4, 11, 1, 6))
+#: prefill: two requests' rows over one flat key array (keys 0-19 request A, 20-43 request B), causal [ks, ke)
+PREFILL = dict(heads=8, dim=64, ks=(0, 0, 0, 20, 20, 20, 20), ke=(18, 19, 20, 41, 42, 43, 44), n=44)
+#: sparse MLA: 3 tokens x 20 heads (two head groups of 16, the second partly masked) over 300 slots, top-k 32,
+#: token 1 with its last 7 indices -1, token 2 with none valid but one (so its second split-KV half is empty). The
+#: single-pass kernel and split-KV with 2 splits (split kernel + merge kernel); an error of the latter is saved for
+#: the test's skip reason rather than ending the run
+SPARSE = dict(tokens=3, heads=20, slots=300, topk=32, sm_scale=0.0416)
+
+
+def _kernels(tree: Path) -> dict:
+    spec = importlib.util.spec_from_file_location("kernel_offsets", REPO / "device" / "kernel_offsets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.install_vllm_shim(tree)
+
+
+def _widen_bf16_dot_operands() -> str:
+    """Make the interpreter's `tl.dot` multiply bf16 operands by value; returns what was changed, for the record.
+
+    Triton 3.6's interpreter keeps bf16 as uint16 bit patterns and its `create_dot` hands those to `np.matmul`
+    unconverted (only 8-bit floats are widened), so a bf16 `tl.dot` returns products of the raw bits (seen: errors
+    of 2.6e10 on a 16 x 16 product of unit-scale values). A GPU's bf16 MMA multiplies exactly and accumulates in
+    fp32; widening both operands to fp32 before the product does the same, up to summation order. The kernels
+    under test are not touched: this corrects the simulator."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        def widen(x):
+            if x.dtype.scalar == tl.bfloat16:
+                data = interpreter._convert_float(x.data, tl.bfloat16, tl.float32, None).view(np.float32)
+                return interpreter.TensorHandle(data, tl.float32)
+            return x
+
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    interpreter.InterpreterBuilder.create_dot = create_dot
+    return "bf16 tl.dot operands widened to fp32 (Triton interpreter create_dot multiplies bf16 bit patterns)"
+
+
+def _scalar_loop_bounds() -> str:
+    """Let the interpreter take a 1-element tensor as a loop bound; returns what was changed, for the record.
+
+    In compiled Triton `tl.minimum` of two scalars is a scalar; Triton 3.6's interpreter keeps it as a 1-element
+    array, and its `tensor.__index__` (`int(array)`) refuses that, so `range(split_start, split_end, BLOCK_N)` in the
+    split-KV sparse-MLA kernel cannot run ("only 0-dimensional arrays can be converted to Python scalars"). Reading
+    the array's one element is what the compiled kernel does. The kernels under test are not touched."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+
+        def index(self):
+            data = self.handle.data
+            return int(data.reshape(())) if data.size == 1 else int(data)
+
+        scope.set_attr(tensor, "__index__", index)
+
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    return "a 1-element tensor taken as a scalar loop bound (Triton interpreter tensor.__index__)"
+
+
+def _first_config_only(module) -> dict:
+    """Cut each autotuner in `module` to its first config; returns {kernel: config text}."""
+    from triton.runtime.autotuner import Autotuner
+
+    chosen = {}
+    for name, obj in vars(module).items():
+        if isinstance(obj, Autotuner):
+            obj.configs = obj.configs[:1]
+            chosen[name] = str(obj.configs[0])
+    return chosen
+
+
+def _paged_decode(mods: dict, g: torch.Generator) -> dict:
+    p = DECODE
+    bs, d, h, nn = p["block_size"], p["dim"], p["heads"], p["next_n"]
+    pool = torch.zeros(p["num_blocks"], p["page_bytes"], dtype=torch.uint8)
+    for ctx, blocks in zip(p["context_lens"], DECODE_BLOCKS, strict=True):
+        k = (torch.randn(ctx, d, generator=g) * 0.7).to(torch.float8_e4m3fn)
+        scale = torch.rand(ctx, generator=g) + 0.25
+        for i, b in enumerate(blocks):
+            rows = slice(i * bs, min(ctx, (i + 1) * bs))
+            n = rows.stop - rows.start
+            if n <= 0:
+                break
+            pool[b, : n * d] = k[rows].view(torch.uint8).reshape(-1)
+            pool[b, bs * d : bs * d + n * 4] = scale[rows].view(torch.uint8).reshape(-1)
+    kv_cache = pool[:, : bs * (d + 4)].view(p["num_blocks"], bs, 1, d + 4)  # the padded page, as entry 0009 has it
+    b = len(p["context_lens"])
+    q = (torch.randn(b, nn, h, d, generator=g) * 0.7).to(torch.float8_e4m3fn)
+    w = torch.rand(b * nn, h, generator=g) - 0.3  # some heads weigh negatively, as trained weights do
+    lens = torch.tensor(p["context_lens"], dtype=torch.int32)
+    table = torch.tensor(DECODE_BLOCKS, dtype=torch.int32)
+    width = max(p["context_lens"])
+    run = mods["mqa_logits_triton"].fp8_paged_mqa_logits_triton
+    logits = run(q, kv_cache, w, lens, table, max_model_len=width)
+    swapped = table.clone()
+    swapped[1, [0, 1]] = swapped[1, [1, 0]]  # fault: request 1 reads its first two blocks in the wrong order
+    faulty = run(q, kv_cache, w, lens, swapped, max_model_len=width)
+    return dict(q=q, pool=pool, weights=w, context_lens=lens, block_table=table, logits=logits, faulty=faulty)
+
+
+def _prefill(mods: dict, g: torch.Generator) -> dict:
+    p = PREFILL
+    m = len(p["ks"])
+    q = (torch.randn(m, p["heads"], p["dim"], generator=g) * 0.7).to(torch.float8_e4m3fn)
+    k = (torch.randn(p["n"], p["dim"], generator=g) * 0.7).to(torch.float8_e4m3fn)
+    scale = torch.rand(p["n"], generator=g) + 0.25
+    w = torch.rand(m, p["heads"], generator=g) - 0.3
+    ks, ke = torch.tensor(p["ks"], dtype=torch.int32), torch.tensor(p["ke"], dtype=torch.int32)
+    logits = mods["mqa_logits_triton"].fp8_mqa_logits_triton(q, (k, scale), w, ks, ke)
+    return dict(q=q, k=k, k_scale=scale, weights=w, ks=ks, ke=ke, logits=logits)
+
+
+def _sparse_mla(mods: dict, g: torch.Generator) -> dict:
+    p = SPARSE
+    t, h, s, topk = p["tokens"], p["heads"], p["slots"], p["topk"]
+    q = torch.randn(t, h, 576, generator=g).to(torch.bfloat16)
+    kv = torch.randn(s, 1, 576, generator=g).to(torch.bfloat16)
+    idx = torch.stack([torch.randperm(s - 1, generator=g)[:topk] for _ in range(t)]).to(torch.int32)
+    idx[1, -7:] = -1
+    idx[2, 1:] = -1
+    indices = idx[:, None, :].contiguous()
+    run = mods["triton_mla_sparse_kernel"].triton_mla_sparse_attention
+    out = {"out": run(q, kv, indices, p["sm_scale"], num_kv_splits=1)}
+    try:
+        out["out_split2"] = run(q, kv, indices, p["sm_scale"], num_kv_splits=2)
+    except Exception as exc:  # noqa: BLE001 - the interpreter's limit is recorded for the test's skip reason
+        out["split2_error"] = f"{type(exc).__name__}: {exc}"
+    shifted = torch.where(indices >= 0, indices + 1, indices)  # fault: every index one slot on (randperm < s - 1)
+    out["faulty"] = run(q, kv, shifted, p["sm_scale"], num_kv_splits=1)
+    return dict(q=q, kv=kv, indices=indices, sm_scale=p["sm_scale"], **out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    patch = [_widen_bf16_dot_operands(), _scalar_loop_bounds()]
+    mods = _kernels(args.tree)
+    configs = {name: _first_config_only(mod) for name, mod in mods.items()}
+    g = torch.Generator().manual_seed(20261202)
+    result = dict(
+        configs=configs,
+        interpreter_patch=patch,
+        paged_decode=_paged_decode(mods, g),
+        prefill=_prefill(mods, g),
+        sparse_mla=_sparse_mla(mods, g),
+    )
+    torch.save(result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
