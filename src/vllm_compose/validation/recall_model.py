@@ -1,0 +1,519 @@
+"""The recall model: a GLM-DSA checkpoint whose next token can only be predicted by reading one planted token.
+
+The cycle model (`tinyglm`, weights "cycle") predicts the next token from the last one alone, so its tokens come out
+right whatever the sparse attention does. This model's tokens come out right only if the DSA path attends to the
+right token: the indexer must rank it first, the top-k must keep it, a shared (IndexCache) layer must read the
+top-k its full layer wrote, and the sparse MLA must read that token's latent.
+
+The task is pointer chasing. The vocabulary has `chain` tokens a_0..a_{n-1}, planted tokens c(i, j) (i != j: key
+a_i, value a_j), filler tokens and one fallback token. A prompt is fillers with the n planted tokens
+c(a_p0, a_p1), c(a_p1, a_p2), ..., c(a_p(n-1), a_p0) of one random cycle p scattered far back, and it ends with a_p0.
+Greedy decoding then walks the cycle: after a_pk comes a_p(k+1). The cycle differs per prompt, so the same last
+token has different successors in different requests: only the planted token tells which.
+
+How the weights do it (every map is axis-aligned, so bf16 and the indexer's fp8 hold the designed values exactly):
+- residual dims (`Dims`): KQ_i (chain token a_i's query id), KK_i (a planted token's key id), VAL_j (its value),
+  OUT_j (written by the recall), BIAS (chain tokens), FILL (fillers), PL (planted tokens);
+- the *index layer* (a full layer, `index_layer`): its indexer scores a planted token c(i, .) from a query a_i with
+  head 0 (weight +2) and every planted token with head 1 (weight -1), so the match scores +1, other planted tokens
+  -1 and everything else 0. The match ranks first and no other planted token enters the top-k while the context
+  holds `index_topk` other tokens;
+- the *recall layer* (`recall_layer`, the next layer, which shares the index layer's top-k under the IndexCache
+  pattern): its MLA query for a_i matches the latent key of c(i, .) with an attention logit of about 25 over 0 for
+  every other token, and the latent's value part VAL_j is written to OUT_j by `o_proj`;
+- the LM head reads OUT_j for a_j and BIAS for the fallback token: with the recall the successor scores twice the
+  fallback (a margin of `head_logit`); without it (the planted token not read) the fallback wins by `head_logit`;
+- the MTP layer does the same recall for its own input token (its own full indexer), so its draft is the successor
+  of the token just sampled; with `index_share_for_mtp_iteration` its second draft step reuses the first step's
+  top-k, which holds the wrong planted token, and drafts the fallback (rejected).
+Every other weight is random (attention, indexers, MoE), with output projections scaled by `background_gain` so
+that the layers run real data through every kernel but add little to the residual stream.
+
+`predict` gives the tokens from the prompts' cycles alone; `validation.model_reference` computes the whole model in
+fp32 on a CPU and is what the tests hold the design against.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ComposeError
+from .tinyglm import SPECIAL_TOKENS, TinyGlmSpec, config_dict, tensor_layout
+
+
+class RecallModelError(ComposeError):
+    """A recall model could not be specified, built or predicted."""
+
+
+#: GLM-5.x's per-layer sizes (the checkpoint's config.json): the attention, the indexer and the MoE expert shapes
+GLM5_LAYER = {
+    "hidden_size": 6144,
+    "num_attention_heads": 64,
+    "q_lora_rank": 2048,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 192,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 256,
+    "index_n_heads": 32,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+    "moe_intermediate_size": 2048,
+    "intermediate_size": 12288,
+}
+
+#: GLM-5.x's IndexCache settings: layers 0-2 and then every 4th compute their own top-k, the others share it
+GLM5_INDEXCACHE = {"index_topk_freq": 4, "index_skip_topk_offset": 3, "index_share_for_mtp_iteration": True}
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Where each designed signal lives in the residual stream (one axis each)."""
+
+    chain: int
+
+    def kq(self, i: int) -> int:
+        return i
+
+    def kk(self, i: int) -> int:
+        return self.chain + i
+
+    def val(self, j: int) -> int:
+        return 2 * self.chain + j
+
+    def out(self, j: int) -> int:
+        return 3 * self.chain + j
+
+    @property
+    def bias(self) -> int:
+        return 4 * self.chain
+
+    @property
+    def fill(self) -> int:
+        return 4 * self.chain + 1
+
+    @property
+    def pl(self) -> int:
+        return 4 * self.chain + 2
+
+    @property
+    def used(self) -> int:
+        return 4 * self.chain + 3
+
+
+@dataclass(frozen=True)
+class RecallSpec:
+    """The model: shapes (a `TinyGlmSpec`, whose `extra` carries the IndexCache settings) and the recall design."""
+
+    shape: TinyGlmSpec
+    #: how many chain tokens (the cycle length); at most 30, the indexer's 64 nope lanes hold n + 2 key pairs
+    chain: int = 24
+    #: how many filler token ids the prompts draw from
+    fillers: int = 64
+    #: the full layer whose indexer finds the planted token; the recall layer is the next one and must share its top-k
+    index_layer: int = 2
+    #: RMS of an embedding's designed entries (the residual stream's scale)
+    embed_scale: float = 1.0
+    #: the fallback token's logit when the recall works; the successor's is twice this
+    head_logit: float = 8.0
+    #: output projections of every undesigned part, relative to 1/sqrt(fan_in): keeps their sum in the residual
+    #: small against the designed entries (the RMS norms divide by the whole stream's RMS)
+    background_gain: float = 1e-3
+    #: the MLA query gain of the recall (attention logit of the match is about 26 * this at GLM-5's head size)
+    query_gain: float = 1.0
+
+    @property
+    def recall_layer(self) -> int:
+        return self.index_layer + 1
+
+    @property
+    def dims(self) -> Dims:
+        return Dims(self.chain)
+
+    # --- token ids -------------------------------------------------------------------------------------------------
+    def chain_token(self, i: int) -> int:
+        return SPECIAL_TOKENS + i
+
+    @property
+    def fallback_token(self) -> int:
+        return SPECIAL_TOKENS + self.chain
+
+    def filler_token(self, f: int) -> int:
+        return SPECIAL_TOKENS + self.chain + 1 + f
+
+    def planted_token(self, key: int, value: int) -> int:
+        if key == value:
+            raise RecallModelError(f"a planted token needs key != value, got a_{key} -> a_{value}")
+        base = SPECIAL_TOKENS + self.chain + 1 + self.fillers
+        return base + key * (self.chain - 1) + (value if value < key else value - 1)
+
+    @property
+    def tokens_used(self) -> int:
+        return SPECIAL_TOKENS + self.chain + 1 + self.fillers + self.chain * (self.chain - 1)
+
+    def validate(self) -> None:
+        s, problems = self.shape, []
+        if not 2 <= self.chain <= 30:
+            problems.append(f"chain {self.chain} outside [2, 30] (the indexer's nope lanes hold chain + 2 key pairs)")
+        if self.fillers < 1:
+            problems.append("fillers must be >= 1")
+        if s.vocab_size < self.tokens_used:
+            problems.append(f"vocab_size {s.vocab_size} < the {self.tokens_used} token ids the design uses")
+        if s.hidden_size < self.dims.used:
+            problems.append(f"hidden_size {s.hidden_size} < the {self.dims.used} residual dims the design uses")
+        if s.q_lora_rank <= self.chain:
+            problems.append("q_lora_rank must exceed chain")
+        if s.kv_lora_rank < 2 * self.chain + 1:
+            problems.append("kv_lora_rank must hold 2 * chain + 1 latent lanes")
+        if s.qk_nope_head_dim < self.chain or s.v_head_dim < self.chain:
+            problems.append("qk_nope_head_dim and v_head_dim must be >= chain")
+        if s.index_head_dim != 128 or s.qk_rope_head_dim != 64:
+            problems.append("the indexer layout assumed is 128 lanes with the first 64 roped (GLM-5.x, V3.2)")
+        if s.index_n_heads < 2:
+            problems.append("index_n_heads must be >= 2")
+        if not 0 <= self.index_layer < s.num_hidden_layers - 1:
+            problems.append(f"index_layer {self.index_layer} must leave a recall layer after it")
+        elif not is_shared_layer(s, self.recall_layer) or is_shared_layer(s, self.index_layer):
+            problems.append(
+                f"layer {self.index_layer} must compute its own top-k and layer {self.recall_layer} share it "
+                "(the IndexCache settings in shape.extra decide)"
+            )
+        if problems:
+            raise RecallModelError(
+                "recall model refused: " + "; ".join(problems), hint="change RecallSpec / its TinyGlmSpec"
+            )
+
+
+def is_shared_layer(shape: TinyGlmSpec, layer: int) -> bool:
+    """Whether decoder `layer` reuses an earlier layer's top-k, by the rule the DSA attention applies (every
+    release 0.26-0.33: `index_topk_pattern` if set, else `index_topk_freq` and `index_skip_topk_offset`)."""
+    extra = shape.extra
+    pattern = extra.get("index_topk_pattern")
+    if pattern is not None:
+        return 0 <= layer < len(pattern) and pattern[layer] == "S"
+    freq = extra.get("index_topk_freq", 1)
+    offset = extra.get("index_skip_topk_offset", 2)
+    return max(layer - offset + 1, 0) % freq != 0
+
+
+def glm5_spec(num_hidden_layers: int = 8, n_routed_experts: int = 8, num_experts_per_tok: int = 4,
+              max_position_embeddings: int = 262144, seed: int = 0, vocab_size: int = 1024) -> RecallSpec:
+    """The recall model at GLM-5.x's per-layer shape with its IndexCache settings (fewer layers, routed experts and
+    vocabulary than the real model: those are not per-layer sizes)."""
+    shape = TinyGlmSpec(
+        seed=seed,
+        vocab_size=vocab_size,
+        num_hidden_layers=num_hidden_layers,
+        n_routed_experts=n_routed_experts,
+        num_experts_per_tok=num_experts_per_tok,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        num_nextn_predict_layers=1,
+        max_position_embeddings=max_position_embeddings,
+        extra=dict(GLM5_INDEXCACHE),
+        **GLM5_LAYER,
+    )
+    return RecallSpec(shape=shape)
+
+
+def tiny_spec(seed: int = 0) -> RecallSpec:
+    """A small recall model for CPU tests: same design, IndexCache pattern and head layout, small sizes."""
+    shape = TinyGlmSpec(
+        seed=seed,
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=256,
+        moe_intermediate_size=64,
+        num_hidden_layers=5,
+        num_attention_heads=4,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        q_lora_rank=64,
+        qk_nope_head_dim=32,
+        v_head_dim=32,
+        index_n_heads=4,
+        index_topk=32,
+        max_position_embeddings=4096,
+        extra=dict(GLM5_INDEXCACHE),
+    )
+    return RecallSpec(shape=shape, chain=12, fillers=16)
+
+
+# --- prompts and predictions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecallPrompt:
+    """One prompt: its token ids, the cycle it plants (chain indices) and where each planted token sits."""
+
+    tokens: tuple[int, ...]
+    cycle: tuple[int, ...]
+    planted_at: tuple[int, ...]
+
+    def successor(self, chain_index: int) -> int:
+        k = self.cycle.index(chain_index)
+        return self.cycle[(k + 1) % len(self.cycle)]
+
+
+def make_prompts(spec: RecallSpec, lengths: list[int], seed: int = 0, far: int | None = None) -> list[RecallPrompt]:
+    """Prompts of the given lengths, each planting its own cycle of all chain tokens.
+
+    Planted tokens sit at least `far` tokens (default `index_topk`) before the prompt's end, so no window of recent
+    tokens holds them, and request r uses only positions congruent to r modulo the number of prompts, so two
+    requests never plant at the same position (reading another request's top-k reads fillers)."""
+    import numpy as np
+
+    spec.validate()
+    far = spec.shape.index_topk if far is None else far
+    count = len(lengths)
+    out = []
+    for r, length in enumerate(lengths):
+        rng = np.random.Generator(np.random.PCG64([seed, r, 0x726563616C6C]))
+        # enough other tokens that the top-k can fill up without another planted token
+        need = spec.chain + far + 2
+        if length < need:
+            raise RecallModelError(
+                f"prompt {r}: length {length} < {need} (chain {spec.chain} + far {far} + 2)",
+                hint="use longer prompts or a smaller index_topk",
+            )
+        slots = np.arange(r + count, length - far - 1, count)
+        if len(slots) < spec.chain:
+            raise RecallModelError(f"prompt {r}: length {length} leaves fewer than {spec.chain} planting slots")
+        at = sorted(int(x) for x in rng.choice(slots, size=spec.chain, replace=False))
+        cycle = tuple(int(x) for x in rng.permutation(spec.chain))
+        toks = [spec.filler_token(int(f)) for f in rng.integers(0, spec.fillers, size=length)]
+        order = rng.permutation(spec.chain)  # which cycle edge goes where: not in cycle order
+        for pos, k in zip(at, order, strict=True):
+            toks[pos] = spec.planted_token(cycle[k], cycle[(k + 1) % spec.chain])
+        toks[-1] = spec.chain_token(cycle[0])
+        out.append(RecallPrompt(tuple(toks), cycle, tuple(at)))
+    return out
+
+
+def predict(spec: RecallSpec, prompt: RecallPrompt, max_tokens: int) -> list[int]:
+    """The tokens greedy decoding must produce: the prompt's cycle, from its last token on."""
+    out, cur = [], prompt.cycle[0]
+    for _ in range(max_tokens):
+        cur = prompt.successor(cur)
+        out.append(spec.chain_token(cur))
+    return out
+
+
+# --- weights --------------------------------------------------------------------------------------------------------
+
+
+def _background(torch, gen, name: str, shape: tuple[int, ...], spec: RecallSpec, device):
+    """A random tensor for an undesigned weight: norms 1, biases 0, N(0, 1/fan_in) with output projections scaled."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, device=device)
+    if name.endswith(".bias") or name.endswith("e_score_correction_bias"):
+        return torch.zeros(shape, device=device)
+    std = shape[-1] ** -0.5
+    if name.endswith(("o_proj.weight", "down_proj.weight")):
+        std *= spec.background_gain
+    if name.endswith("embed_tokens.weight"):
+        std = 0.0
+    if name.endswith(("lm_head.weight", "shared_head.head.weight", "eh_proj.weight")):
+        std = 0.0
+    t = torch.empty(shape, device=device)
+    if std == 0.0:
+        return t.zero_()
+    return t.normal_(0.0, std, generator=gen)
+
+
+def _design_index(torch, t: dict, p: str, spec: RecallSpec, residual_bias: float) -> None:
+    """Layer prefix `p`'s q_a_proj and indexer: the match +1, other planted tokens -1, everything else 0."""
+    s, d, n = spec.shape, spec.dims, spec.chain
+    qa = t[f"{p}.self_attn.q_a_proj.weight"]
+    qa.zero_()
+    for i in range(n):
+        qa[i, d.kq(i)] = 1.0
+    for dim in (d.bias, d.fill, d.pl):
+        qa[n, dim] = 1.0  # every token has a q_lora entry: the RMS norm never amplifies noise
+    ix = f"{p}.self_attn.indexer"
+    wq = t[f"{ix}.wq_b.weight"].view(s.index_n_heads, s.index_head_dim, s.q_lora_rank)
+    wq.zero_()
+    nope = s.qk_rope_head_dim  # lanes 0..63 are roped; the design lives in the nope lanes 64..127
+    g_pair, f_pair = n, n + 1
+    for i in range(n):
+        wq[0, nope + 2 * i, i] = 1.0
+        wq[0, nope + 2 * i + 1, i] = -1.0
+    wq[1, nope + 2 * g_pair, n] = 1.0
+    wq[1, nope + 2 * g_pair + 1, n] = -1.0
+    wk = t[f"{ix}.wk.weight"]
+    wk.zero_()
+    for i in range(n):
+        wk[nope + 2 * i, d.kk(i)] = 1.0
+        wk[nope + 2 * i + 1, d.kk(i)] = -1.0
+    wk[nope + 2 * g_pair, d.pl] = 1.0
+    wk[nope + 2 * g_pair + 1, d.pl] = -1.0
+    for dim in (d.bias, d.fill):
+        wk[nope + 2 * f_pair, dim] = 1.0
+        wk[nope + 2 * f_pair + 1, dim] = -1.0
+    t[f"{ix}.k_norm.weight"].fill_(1.0)
+    t[f"{ix}.k_norm.bias"].zero_()
+    w = t[f"{ix}.weights_proj.weight"]
+    w.zero_()
+    # only a chain token's query (BIAS) weighs its heads: head 0 finds the key, head 1 pushes every planted token down
+    w[0, d.bias] = 2.0 / residual_bias
+    w[1, d.bias] = -1.0 / residual_bias
+
+
+def _design_recall(torch, t: dict, p: str, spec: RecallSpec, residual_bias: float) -> None:
+    """Layer prefix `p`'s MLA: query a_i matches the latent key of c(i, .), whose value VAL_j goes to OUT_j."""
+    s, d, n = spec.shape, spec.dims, spec.chain
+    h = s.num_attention_heads
+    qa = t[f"{p}.self_attn.q_a_proj.weight"]
+    qa.zero_()
+    for i in range(n):
+        qa[i, d.kq(i)] = 1.0
+    for dim in (d.bias, d.fill, d.pl):
+        qa[n, dim] = 1.0
+    qk = s.qk_nope_head_dim + s.qk_rope_head_dim
+    qb = t[f"{p}.self_attn.q_b_proj.weight"].view(h, qk, s.q_lora_rank)
+    qb.zero_()
+    for i in range(n):
+        qb[:, i, i] = spec.query_gain  # nope lane i; the rope lanes stay 0 so positions do not matter
+    kva = t[f"{p}.self_attn.kv_a_proj_with_mqa.weight"]
+    kva.zero_()
+    null = 2 * n  # every token has a latent entry: the RMS norm never amplifies noise
+    for i in range(n):
+        kva[i, d.kk(i)] = 1.0
+        kva[n + i, d.val(i)] = 1.0
+    for dim in (d.bias, d.fill, d.pl):
+        kva[null, dim] = 1.0
+    kvb = t[f"{p}.self_attn.kv_b_proj.weight"].view(h, s.qk_nope_head_dim + s.v_head_dim, s.kv_lora_rank)
+    kvb.zero_()
+    for i in range(n):
+        kvb[:, i, i] = 1.0  # key lane i <- latent key i
+        kvb[:, s.qk_nope_head_dim + i, n + i] = 1.0  # value lane i <- latent value i
+    # a planted token's latent has three equal entries (key, value, null): each sqrt(kv_lora / 3) after the norm
+    v_read = math.sqrt(s.kv_lora_rank / 3)
+    o = t[f"{p}.self_attn.o_proj.weight"].view(s.hidden_size, h, s.v_head_dim)
+    o.zero_()
+    gain = 2.0 * residual_bias / (h * v_read)
+    for j in range(n):
+        o[d.out(j), :, j] = gain
+
+
+def make_tensors(spec: RecallSpec, device: str = "cpu") -> dict[str, Any]:
+    """Every checkpoint tensor as float32 torch tensors on `device`, deterministic from the shape's seed."""
+    import torch
+
+    spec.validate()
+    s, d = spec.shape, spec.dims
+    layout = tensor_layout(s)
+    t: dict[str, Any] = {}
+    for index, (name, (shape, _dtype)) in enumerate(layout.items()):
+        gen = torch.Generator(device=device)
+        gen.manual_seed(s.seed * 1_000_003 + index)
+        t[name] = _background(torch, gen, name, shape, spec, device)
+    # embeddings: one designed pattern per token role, entries of size embed_scale
+    e = t["model.embed_tokens.weight"]
+    for i in range(spec.chain):
+        e[spec.chain_token(i), d.kq(i)] = spec.embed_scale
+        e[spec.chain_token(i), d.bias] = spec.embed_scale
+    e[spec.fallback_token, d.bias] = spec.embed_scale
+    for tok in list(range(SPECIAL_TOKENS)) + [spec.filler_token(f) for f in range(spec.fillers)]:
+        e[tok, d.fill] = spec.embed_scale
+    for tok in range(spec.tokens_used, s.vocab_size):
+        e[tok, d.fill] = spec.embed_scale
+    for i in range(spec.chain):
+        for j in range(spec.chain):
+            if i != j:
+                c = spec.planted_token(i, j)
+                e[c, d.kk(i)] = e[c, d.val(j)] = e[c, d.pl] = spec.embed_scale
+    # the main model: its residual starts at the embedding (BIAS entry embed_scale)
+    _design_index(torch, t, f"model.layers.{spec.index_layer}", spec, spec.embed_scale)
+    _design_recall(torch, t, f"model.layers.{spec.recall_layer}", spec, spec.embed_scale)
+    # LM head: a_j reads OUT_j, the fallback reads BIAS; both see the final norm's output, where a chain token's
+    # BIAS entry is sqrt(h / 6) after a recall (entries KQ, BIAS and OUT = 2 * BIAS)
+    head = t["lm_head.weight"]
+    gain = spec.head_logit / math.sqrt(s.hidden_size / 6)
+    for j in range(spec.chain):
+        head[spec.chain_token(j), d.out(j)] = gain
+    head[spec.fallback_token, d.bias] = gain
+    # MTP: eh_proj passes the normed embedding of the token through (the hidden half is 0); that residual starts with
+    # entries sqrt(h / 2) for a chain token, so the recall writes twice that
+    for k in range(s.num_nextn_predict_layers):
+        p = f"model.layers.{s.num_hidden_layers + k}"
+        eh = t[f"{p}.eh_proj.weight"]
+        eh[:, : s.hidden_size] = torch.eye(s.hidden_size, device=device)
+        mtp_bias = math.sqrt(s.hidden_size / 2)
+        _design_index(torch, t, p, spec, mtp_bias)
+        _design_recall(torch, t, p, spec, mtp_bias)
+        t[f"{p}.embed_tokens.weight"] = e
+        t[f"{p}.shared_head.head.weight"] = head
+    return t
+
+
+def write_checkpoint(spec: RecallSpec, out_dir: Path, device: str = "cpu", max_shard_bytes: int = 4 << 30) -> Path:
+    """config.json and bf16 safetensors shards (with their index) for `spec` under `out_dir`; returns `out_dir`.
+
+    Needs torch and safetensors (the serving environment has both). On a GPU (`device="cuda"`) the random weights of
+    a GLM-5-shaped model take seconds."""
+    import torch
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    layout = tensor_layout(spec.shape)
+    tensors = make_tensors(spec, device)
+    shards: list[dict[str, Any]] = [{}]
+    size = 0
+    for name, (_shape, dtype) in layout.items():
+        x = tensors[name].to(torch.bfloat16 if dtype == "BF16" else torch.float32).contiguous().cpu()
+        if size and size + x.numel() * x.element_size() > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = x
+        size += x.numel() * x.element_size()
+    weight_map = {}
+    for k, shard in enumerate(shards):
+        fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out_dir / fname), metadata={"format": "pt"})
+        weight_map.update({name: fname for name in shard})
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}, indent=1) + "\n")
+    (out_dir / "config.json").write_text(json.dumps(config_dict(spec.shape), indent=2, sort_keys=True) + "\n")
+    (out_dir / "recall_spec.json").write_text(json.dumps(spec_to_json(spec), indent=2, sort_keys=True) + "\n")
+    return out_dir
+
+
+def spec_to_json(spec: RecallSpec) -> dict[str, Any]:
+    out = asdict(spec)
+    out["recall_layer"] = spec.recall_layer
+    return out
+
+
+def spec_from_json(data: dict[str, Any]) -> RecallSpec:
+    data = dict(data)
+    data.pop("recall_layer", None)
+    shape = TinyGlmSpec(**data.pop("shape"))
+    return RecallSpec(shape=shape, **data)
+
+
+def with_shape(spec: RecallSpec, **changes: Any) -> RecallSpec:
+    """`spec` with shape fields changed (e.g. `extra` for another IndexCache pattern)."""
+    return replace(spec, shape=replace(spec.shape, **changes))
+
+
+__all__ = [
+    "GLM5_INDEXCACHE",
+    "GLM5_LAYER",
+    "RecallModelError",
+    "RecallPrompt",
+    "RecallSpec",
+    "field",
+    "glm5_spec",
+    "is_shared_layer",
+    "make_prompts",
+    "make_tensors",
+    "predict",
+    "spec_from_json",
+    "tiny_spec",
+    "with_shape",
+    "write_checkpoint",
+]

@@ -1,0 +1,225 @@
+"""Run the recall model through a vLLM engine and judge its tokens against the prediction, faults included.
+
+One `Suite` is one engine (one process: vLLM keeps global state): a clean generation whose tokens must equal
+`recall_model.predict` for every prompt, then, in eager mode, one generation per injected fault whose tokens must
+differ from the prediction, then a clean generation again (the engine was not left broken by a fault). The result
+is a JSON-able dict; `passed` is True only when every check held. Nothing here prints.
+
+The engine runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so that the harness can reach the scheduler:
+`rotate_blocks` moves that many blocks from the front of the KV block pool's free queue to its back before any
+request, so the requests' KV and indexer blocks sit at high block ids, where the kernels' byte offsets pass 2**31
+(a long-running server reaches them the same way, as freed blocks cycle through the queue).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ComposeError
+from . import engine_faults
+from .model_reference import Fault
+from .recall_model import RecallSpec, make_prompts, predict, spec_from_json
+
+
+class RecallRunError(ComposeError):
+    """A recall run could not be set up."""
+
+
+#: the faults a suite injects, in order
+FAULTS = (Fault.SHIFT, Fault.OTHER_REQUEST, Fault.PREVIOUS_STEP, Fault.UNFILLED, Fault.ZERO_OUTPUT)
+
+
+@dataclass
+class Suite:
+    """One engine's configuration and what it runs."""
+
+    label: str
+    model_dir: str
+    #: prompt lengths of the clean generation (concurrent requests)
+    lengths: list[int]
+    max_tokens: int = 32
+    #: prompt lengths of each fault generation (eager only); empty: no faults
+    fault_lengths: list[int] = field(default_factory=list)
+    fault_max_tokens: int = 24
+    faults: list[str] = field(default_factory=lambda: [f.value for f in FAULTS])
+    eager: bool = True
+    #: vLLM compilation_config (e.g. {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}); None: the release default
+    compilation: dict | None = None
+    mtp: int = 0
+    backend: str = "TRITON_MLA_SPARSE"
+    gpu_memory_utilization: float = 0.85
+    max_model_len: int = 0
+    block_size: int = 64
+    rotate_blocks: int = 0
+    seed: int = 0
+
+
+def _engine(suite: Suite, spec: RecallSpec):
+    from vllm import LLM
+
+    longest = max(suite.lengths + suite.fault_lengths) + max(suite.max_tokens, suite.fault_max_tokens) + 8
+    kwargs: dict[str, Any] = dict(
+        model=suite.model_dir,
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        block_size=suite.block_size,
+        enforce_eager=suite.eager,
+        max_model_len=suite.max_model_len or longest,
+        max_num_seqs=max(8, len(suite.lengths)),
+        gpu_memory_utilization=suite.gpu_memory_utilization,
+        enable_prefix_caching=False,
+        seed=suite.seed,
+        disable_log_stats=False,
+    )
+    if suite.backend:
+        kwargs["attention_backend"] = suite.backend
+    if suite.compilation is not None:
+        kwargs["compilation_config"] = suite.compilation
+    if suite.mtp:
+        kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": suite.mtp}
+    return LLM(**kwargs)
+
+
+def _block_pool(llm):
+    """The scheduler's KV block pool of an in-process engine, or None (the attribute path differs by release)."""
+    core = getattr(llm.llm_engine, "engine_core", None)
+    core = getattr(core, "engine_core", core)
+    sched = getattr(core, "scheduler", None)
+    mgr = getattr(sched, "kv_cache_manager", None)
+    pool = getattr(mgr, "block_pool", None) or getattr(getattr(mgr, "coordinator", None), "block_pool", None)
+    return pool
+
+
+#: element offsets past which the pinned kernels faulted before entries 0036/0038 (per layer cache, 64-token blocks):
+#: the sparse-MLA kernel reads 576 elements a token, the indexer's paged logits 73,728 bytes a block
+INT32_LIMIT = 2**31
+
+
+def _blocks_needed(suite: Suite) -> int:
+    per = [-(-(n + max(suite.max_tokens, suite.fault_max_tokens) + 8) // suite.block_size) for n in suite.lengths]
+    return 2 * (sum(per) + 64) * (1 + suite.mtp)
+
+
+def rotate_free_blocks(llm, n: int, keep: int = 0) -> dict:
+    """Move `n` blocks (-1: all but `keep`) from the front of the free queue to its back; returns the pool's size,
+    the first free block id after it and whether that block's offsets pass 2**31."""
+    pool = _block_pool(llm)
+    if pool is None:
+        raise RecallRunError("the engine's KV block pool was not found (in-process engine needed)")
+    q = pool.free_block_queue
+    total = q.num_free_blocks
+    if n < 0:
+        n = total - keep
+    if n <= 0 or n >= total:
+        raise RecallRunError(f"cannot rotate {n} of {total} free blocks", hint="lower rotate_blocks")
+    blocks = q.popleft_n(n)
+    q.append_n(blocks)
+    head = getattr(getattr(q, "fake_free_list_head", None), "next_free_block", None)
+    return {
+        "free_blocks": total,
+        "rotated": n,
+        "rotated_ids": [blocks[0].block_id, blocks[-1].block_id],
+        "first_free_block_id": getattr(head, "block_id", None),
+        "pool_blocks": total,
+    }
+
+
+def _generate(llm, prompts, max_tokens: int) -> list[list[int]]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=list(p.tokens)) for p in prompts], sp, use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def _judge(spec: RecallSpec, prompts, got: list[list[int]], max_tokens: int) -> list[dict]:
+    out = []
+    for p, toks in zip(prompts, got, strict=True):
+        want = predict(spec, p, max_tokens)
+        first = next((i for i, (a, b) in enumerate(zip(toks, want, strict=False)) if a != b), None)
+        if first is None and len(toks) != len(want):
+            first = min(len(toks), len(want))
+        out.append(
+            {
+                "prompt_len": len(p.tokens),
+                "as_predicted": toks == want,
+                "first_difference": first,
+                "differing": sum(a != b for a, b in zip(toks, want, strict=False)) + abs(len(toks) - len(want)),
+                "fallback_tokens": sum(t == spec.fallback_token for t in toks),
+                "tokens": toks,
+            }
+        )
+    return out
+
+
+def _spec_metrics(llm) -> dict:
+    out: dict = {}
+    try:
+        for m in llm.get_metrics():
+            if "spec_decode" in getattr(m, "name", ""):
+                value = getattr(m, "value", None)
+                if value is None and hasattr(m, "values"):
+                    value = list(m.values)
+                out[m.name] = value
+    except Exception as exc:  # metrics API drift must not lose the tokens
+        out["error"] = repr(exc)
+    return out
+
+
+def run_suite(suite: Suite) -> dict:
+    """Run `suite`; the result dict says what ran, the tokens, and `passed`."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    spec = spec_from_json(__import__("json").loads((Path(suite.model_dir) / "recall_spec.json").read_text()))
+    result: dict[str, Any] = {"suite": asdict(suite), "recall_layer": spec.recall_layer, "checks": []}
+    try:
+        import vllm
+
+        result["vllm_version"] = vllm.__version__
+        t0 = time.perf_counter()
+        llm = _engine(suite, spec)
+        result["init_s"] = round(time.perf_counter() - t0, 1)
+        if suite.rotate_blocks:
+            try:
+                result["rotation"] = rotate_free_blocks(llm, suite.rotate_blocks, _blocks_needed(suite))
+            except Exception as exc:  # the run goes on at low block ids; the result says so
+                result["rotation"] = {"error": f"{type(exc).__name__}: {exc}"}
+        prompts = make_prompts(spec, suite.lengths, seed=suite.seed)
+        t0 = time.perf_counter()
+        got = _generate(llm, prompts, suite.max_tokens)
+        result["clean"] = {"generate_s": round(time.perf_counter() - t0, 2), "prompts": _judge(spec, prompts, got, suite.max_tokens)}
+        result["checks"].append(("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"])))
+        result["spec_metrics"] = _spec_metrics(llm)
+        if suite.fault_lengths and suite.eager:
+            fprompts = make_prompts(spec, suite.fault_lengths, seed=suite.seed + 1)
+            result["faults"] = {}
+            for name in suite.faults:
+                hooked = llm.apply_model(functools.partial(engine_faults.install, fault=name, layer=spec.recall_layer))
+                t0 = time.perf_counter()
+                got = _generate(llm, fprompts, suite.fault_max_tokens)
+                counters = llm.apply_model(engine_faults.clear)
+                judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
+                result["faults"][name] = {
+                    "hooked": hooked,
+                    "counters": counters,
+                    "generate_s": round(time.perf_counter() - t0, 2),
+                    "prompts": judged,
+                }
+                result["checks"].append((f"fault {name} changes the tokens", all(not p["as_predicted"] for p in judged)))
+            got = _generate(llm, fprompts, suite.fault_max_tokens)
+            judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
+            result["after_faults"] = {"prompts": judged}
+            result["checks"].append(("clean again after the faults", all(p["as_predicted"] for p in judged)))
+        result["ok"] = True
+    except BaseException as exc:  # an engine failure is the result
+        result["ok"] = False
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-6000:]
+    result["passed"] = bool(result["ok"] and result["checks"] and all(ok for _c, ok in result["checks"]))
+    return result
