@@ -447,6 +447,11 @@ def make_tensors(spec: RecallSpec, device: str = "cpu") -> dict[str, Any]:
         _design_recall(torch, t, p, spec, mtp_bias)
         t[f"{p}.embed_tokens.weight"] = e
         t[f"{p}.shared_head.head.weight"] = head
+    # a layer that shares the top-k has no indexer (v0.30+ loaders refuse its weights, earlier ones skip them)
+    for layer in range(s.num_hidden_layers):
+        if is_shared_layer(s, layer):
+            for name in [n for n in t if n.startswith(f"model.layers.{layer}.self_attn.indexer.")]:
+                del t[name]
     return t
 
 
@@ -465,6 +470,8 @@ def write_checkpoint(spec: RecallSpec, out_dir: Path, device: str = "cpu", max_s
     shards: list[dict[str, Any]] = [{}]
     size = 0
     for name, (_shape, dtype) in layout.items():
+        if name not in tensors:
+            continue
         x = tensors[name].to(torch.bfloat16 if dtype == "BF16" else torch.float32).contiguous().cpu()
         if size and size + x.numel() * x.element_size() > max_shard_bytes:
             shards.append({})
