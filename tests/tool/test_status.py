@@ -48,7 +48,7 @@ def test_every_row_says_audit_checks_gate_with_stock_and_gpu_runs():
     assert (
         "pass (1 kernel x arch, 3 specializations; impl answers 0 methods); stock: FAIL (1: _fused_q_kernel)" in rows[0]
     )
-    assert "as predicted: PP2+MTP2 (4 runs, sm_80 paths forced in 4; 1 session)" in rows[0]
+    assert "as predicted: PP2+MTP2 (4 runs, sm_80 paths forced in 4; 1 result folder)" in rows[0]
     assert "not run (triton is not installed); stock: not run (triton is not installed) | none |" in rows[1]
     assert "| v0.34.0 | **conflict** | — |" in rows[2] and "not run; stock: FAIL (1: _k)" in rows[2]
     # the branch and the version, written by the tool: the labels in the docs come from here

@@ -56,7 +56,7 @@ class ReleaseEvidence:
             configs = sorted(c for c, e in self.failed.items() if e == error)
             parts.append(f"FAILED: {', '.join(c.label() for c in configs)} ({error})")
         forced = ", ".join(f"sm_{c.replace('.', '')} paths forced in {n}" for c, n in sorted(self.capabilities.items()))
-        sessions = f"{len(self.sessions)} session" + ("" if len(self.sessions) == 1 else "s")
+        sessions = f"{len(self.sessions)} result folder" + ("" if len(self.sessions) == 1 else "s")
         return f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {sessions})"
 
 
