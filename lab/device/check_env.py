@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import torch
-from dsa_modules import dsa_modules  # device/, the script's folder
+from dsa_modules import dsa_modules  # lab/device/, the script's folder
 
 OPTIONAL = [
     "vllm.v1.attention.backends.mla.triton_mla_sparse",  # composed tree only

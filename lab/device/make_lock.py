@@ -32,7 +32,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from dsa_modules import dsa_modules  # device/, the script's folder
+from dsa_modules import dsa_modules  # lab/device/, the script's folder
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = "/root/.pyenv/versions/3.12.1/bin/python3"

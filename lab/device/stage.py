@@ -266,7 +266,7 @@ def receive(n: int, source: Path = REPO / ".devstage") -> str:
 
 def install(models: bool = True) -> str:
     """Join the received parts, check each item, install: wheels -> DEST/site, stock -> DEST/stock, stock plus
-    the overlay -> DEST/composed (the objects into both); then the tiny models (lab/device/README)."""
+    the overlay -> DEST/composed (the objects into both); then the tiny models (`write_models`)."""
     parts = DEST / "parts"
     if not (parts / "manifest.json").is_file():
         raise StageError(f"no part received under {parts}; run 'receive N' with each part carried, then install")

@@ -237,3 +237,15 @@ def test_workflows_match_the_schema() -> None:
         text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_ci_entry_point_runs_the_readme_full_test_command() -> None:
+    """`.ci/run` ends with the test command the README gives for the full run, and the README's fast lane names a
+    test folder that exists."""
+    readme = (ROOT / "README.md").read_text()
+    full = re.search(r"^    python3 -m venv \.venv && \.venv/bin/pip install -e '\.\[test\]' && (.+)$", readme, re.M)
+    assert full, "the README's full test command is gone"
+    steps = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert steps[-1] == full.group(1) == ".venv/bin/python -m pytest -q"
+    fast = re.search(r"^    \.venv/bin/python -m pytest -q (tests/\w+)", readme, re.M)
+    assert fast and (ROOT / fast.group(1)).is_dir()
