@@ -1,9 +1,9 @@
 """Time the compose's DSA Triton kernels at GLM-5.x / DeepSeek-V3.2 per-rank shapes, against the HBM limit.
 
 PR #38476's kernels as composed (`mqa_logits_triton.py`: the indexer's paged decode logits; `triton_mla_sparse_kernel.py`:
-the sparse-MLA decode attention), loaded from a tree without vLLM (`device/kernel_offsets.install_vllm_shim`) and
+the sparse-MLA decode attention), loaded from a tree without vLLM (`lab/device/kernel_offsets.install_vllm_shim`) and
 timed with `triton.testing.do_bench` on a GPU, as Triton builds them for that GPU or, with `--sm80-ptx`, as an A100's
-sm_80 PTX (`device/sm80_ptx.py`). Each row gives the time, the bytes the kernel must move at least (inputs read
+sm_80 PTX (`lab/device/sm80_ptx.py`). Each row gives the time, the bytes the kernel must move at least (inputs read
 once, outputs written once) and that as a share of `--peak-gbs` (H200: 4,800 GB/s).
 
     python3 benchmarks/dsa_kernels.py --tree T [--sm80-ptx] --out dsa_kernels.json

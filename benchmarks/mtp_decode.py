@@ -5,12 +5,13 @@ number is decode-dominated. Acceptance = accepted draft tokens / proposed draft 
 counters over the timed request. With the tiny random-init model the draft layer is untrained: its acceptance says
 the MTP path ran, not how well MTP predicts (the real GLM-5.x MTP head is trained). With the cycle model
 (`TinyGlmSpec(weights="cycle")`) acceptance is designed: `vllm_compose.validation.expected.predicted_spec_counters`
-gives the exact counts the timed request must report (docs/validation.md: 115/141 with one draft, 150/212 with two).
+gives the exact counts the timed request must report (lab/notebook/validation.md: 115/141 with one draft, 150/212
+with two).
 
     python benchmarks/mtp_decode.py --model /tmp/tiny --mtp 0 1 2 --out bench.json     # one process per config
     from benchmarks.mtp_decode import measure                                          # inside a running engine
 
-Needs a GPU and vLLM; run through device/run_all.sh on the device machine.
+Needs a GPU and vLLM; run through lab/device/run_all.sh on the device machine.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Run a composed tree's DSA Triton kernels on seeded inputs and save inputs and outputs (tests/test_dsa_oracle.py).
+"""Run a composed tree's DSA Triton kernels on seeded inputs and save inputs and outputs
+(tests/tool/test_dsa_oracle.py).
 
 Started by the test in a subprocess with TRITON_INTERPRET=1, so that the kernels run in Triton's interpreter on a
 CPU (the interpreter must be on before the kernels are decorated, and must not leak into other tests' Triton use):
@@ -6,7 +7,7 @@ CPU (the interpreter must be on before the kernels are decorated, and must not l
     TRITON_INTERPRET=1 python tests/dsa_kernels_interpreted.py --tree ROOT --out FILE.pt
 
 ROOT holds vllm/v1/attention/ops/{mqa_logits_triton,triton_mla_sparse_kernel}.py; they are loaded without vLLM
-through device/kernel_offsets.py's `install_vllm_shim`. This script computes no reference: the test does, with
+through lab/device/kernel_offsets.py's `install_vllm_shim`. This script computes no reference: the test does, with
 `vllm_compose.validation.dsa_oracle`, in its own process. Each autotuned kernel runs with its first config only (the
 interpreter would otherwise run every config to time it, for the same result); the config is saved with the run.
 
@@ -42,7 +43,7 @@ SPARSE = dict(tokens=3, heads=20, slots=300, topk=32, sm_scale=0.0416)
 
 
 def _kernels(tree: Path) -> dict:
-    spec = importlib.util.spec_from_file_location("kernel_offsets", REPO / "device" / "kernel_offsets.py")
+    spec = importlib.util.spec_from_file_location("kernel_offsets", REPO / "lab" / "device" / "kernel_offsets.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.install_vllm_shim(tree)

@@ -149,9 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument(
         "--gpu-results",
         type=Path,
-        default=Path("docs/results"),
+        default=Path("lab/results"),
         metavar="DIR",
-        help="device result files for the GPU column (default: docs/results)",
+        help="device result files for the GPU column (default: lab/results)",
     )
     st.add_argument("--no-ampere-gate", action="store_true", help="leave the Ampere gate column unfilled")
     no_import_smoke(st)
@@ -196,8 +196,8 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (baseline and branch)")
     sc.add_argument("--python", type=Path, metavar="ENV", help="environment whose packages ty resolves (default: this)")
     sc.add_argument("--json", type=Path, metavar="FILE", help="also write the findings of every release as JSON")
-    kg = sub.add_parser("kernel-gate", help="compile recorded Triton kernels (kernels/*.json) of a tree for sm_80/86")
-    kg.add_argument("records", type=Path, help="a kernels/*.json file of recorded launches")
+    kg = sub.add_parser("kernel-gate", help="compile recorded Triton kernels (lab/recordings/) of a tree for sm_80/86")
+    kg.add_argument("records", type=Path, help="a lab/recordings/*.json file of recorded launches")
     kg.add_argument("tree", type=Path, help="the folder that holds the vllm/ package of the tree to gate")
     kg.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
     rv = sub.add_parser(

@@ -31,7 +31,7 @@ uniform-type group (`UniformTypeKVCacheSpecs`), whose page is the sum of the lay
 series entry 0009, two MLA pages per full layer, applies only when layers have different block sizes.)
 
 Estimates, not readings: the activation peak (`activation_bytes`, its docstring says how and how uncertain) and the
-non-torch allowance (`NON_TORCH_BYTES`). `device/pp_memory.py` measures vLLM's own figures on a GPU to check them.
+non-torch allowance (`NON_TORCH_BYTES`). `lab/device/pp_memory.py` measures vLLM's own figures on a GPU to check them.
 Pure functions and dataclasses: nothing here prints, reads the environment or imports torch.
 """
 
@@ -516,9 +516,9 @@ def activation_bytes(shape: ModelShape, settings: Settings, start: int, end: int
     * on the last stage: fp32 logits and probabilities for min(N, max_num_seqs) sampled rows, twice with MTP.
 
     Uncertainty: kernel choice changes the MoE workspaces (Triton here, as on Ampere), and allocator rounding and
-    short-lived copies are not counted. Measured on an H200 (docs/validation.md), vLLM's profile of a GLM-5-shaped stage
-    peaked 4.5-4.9 GB above this count at N = 8192 (3.5x): it is a floor, not a bound. The KV room it
-    is subtracted from is 10-50x larger on the GPUs these models are served on."""
+    short-lived copies are not counted. Measured on an H200 (lab/notebook/validation.md), vLLM's profile of a
+    GLM-5-shaped stage peaked 4.5-4.9 GB above this count at N = 8192 (3.5x): it is a floor, not a bound. The KV
+    room it is subtracted from is 10-50x larger on the GPUs these models are served on."""
     n, h = settings.max_num_batched_tokens, shape.hidden
     layers = range(start, end)
     has_full = shape.is_dsa and (any(computes_topk(shape, x) for x in layers) or with_mtp)
@@ -1019,7 +1019,7 @@ def render_plan(p: Plan) -> str:
         "",
         "estimates: activation = the profile run's torch peak (hidden states, the indexer's prefill workspace for "
         f"max_model_len {st.model_len(shape):,}, the largest layer transient at {st.max_num_batched_tokens:,} "
-        f"batched tokens, the sampler): a floor, measured 4.5-4.9 GB low at 8,192 batched tokens on an H200 (docs/validation.md), so keep 5 GB of slack on the tightest stage; non-torch {_gib(st.non_torch_bytes)} GiB assumed. Quantized: "
+        f"batched tokens, the sampler): a floor, measured 4.5-4.9 GB low at 8,192 batched tokens on an H200 (lab/notebook/validation.md), so keep 5 GB of slack on the tightest stage; non-torch {_gib(st.non_torch_bytes)} GiB assumed. Quantized: "
         "attention projections, indexer wq_b, MLPs and experts; bf16: embeddings, LM head, norms, router gate, "
         "indexer wk, MTP eh_proj.",
     ]

@@ -1,6 +1,6 @@
 """Every human-readable report, and the JSON files of every command's result.
 
-One renderer per result, each taking the typed result and returning text (stable: tests/test_golden.py compares
+One renderer per result, each taking the typed result and returning text (stable: tests/tool/test_golden.py compares
 them with golden files): `render_compose` (a compose run), `render_audit` (where every hunk landed), `render_status`
 (the status table, Markdown), `render_series_diff` (two compose branches entry by entry), `render_image_overlay`
 (composing onto an installed vLLM), and the CI's Markdown (`render_ci_summary`, `render_ci_issue`,

@@ -16,7 +16,7 @@ was proven on GPUs, so the commands import them:
 The GPU harness's modules: `tinyglm` writes a small random-init or cycle-model `glm_moe_dsa` checkpoint (numpy
 only, no hub), `expected` predicts its greedy tokens and MTP acceptance, and `dsa_oracle` is the fp32 reference of
 DeepSeek Sparse Attention (indexer logits, top-k, sparse MLA) that a release's kernels are held to, with the
-thresholds it sets. Only `device/` (run on a GPU
+thresholds it sets. Only `lab/device/` (run on a GPU
 machine from a copy of the working tree, each script putting `src/` on `sys.path`: the package is not installed
 there, so these must live under `src/`), `benchmarks/mtp_decode.py` and the tests use them; they import nothing of
 the compose pipeline but the error base, and the pipeline imports nothing of them.

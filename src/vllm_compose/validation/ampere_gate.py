@@ -8,8 +8,8 @@ importable), the impl contracts read here, and the counts checked against the re
 a run that reaches less than the recorded one fails. `gate_tree` is the same in this interpreter, for the tests,
 which run in an environment holding the same pins. `export_revision` writes a compose branch or a release tag of a
 git repository to a folder, as the loader reads plain files. `recorded_coverage` compares the derived kernel names
-with a GPU recording (kernels/composed-v0.26.0-sm80.json): the recording holds every Triton kernel of the runs, the
-runner and sampler kernels too, which are outside the DSA path and not derived here.
+with a GPU recording (`recordings/composed-v0.26.0-sm80.json`, package data): the recording holds every Triton
+kernel of the runs, the runner and sampler kernels too, which are outside the DSA path and not derived here.
 
 This module imports only the standard library, the error base and the derivation at module level: the worker runs
 it in the gate's environment, which holds torch and Triton but none of the tool's dependencies.
@@ -17,6 +17,7 @@ it in the gate's environment, which holds torch and Triton but none of the tool'
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 #: the capabilities gated: A100 (sm_80) and the GA10x GPUs (RTX 30xx, A10, A40: sm_86)
 CAPABILITIES: tuple[tuple[int, int], ...] = ((8, 0), (8, 6))
 
-#: module suffixes of the recorded kernels on the DSA path (kernels/composed-v0.26.0-sm80.json); the others there
+#: module suffixes of the recorded kernels on the DSA path (recordings/composed-v0.26.0-sm80.json); the others there
 #: are the V2 model runner's and the sampler's kernels
 DSA_PATH_MODULES = (
     "mqa_logits_triton",
@@ -336,8 +337,9 @@ def write_report(path: Path, report: AmpereGateReport) -> None:
     Path(path).write_text(json.dumps(report.to_json(), indent=1) + "\n")
 
 
-#: GPU recordings of a release's launches, by version, to report the derivation's coverage of (source checkout)
-RECORDINGS = {"0.26.0": Path(__file__).resolve().parents[3] / "kernels" / "composed-v0.26.0-sm80.json"}
+#: GPU recordings of a release's launches, by version, to report the derivation's coverage of: package data
+#: (`recordings/`), so an installed wheel finds them as a source checkout does
+RECORDINGS = {"0.26.0": importlib.resources.files(__package__) / "recordings" / "composed-v0.26.0-sm80.json"}
 
 
 def gate_release(

@@ -15,7 +15,7 @@ definition, independently of any kernel, so that a harness can hold a release's 
 
 Comparison helpers (`compare_logits`, `compare_topk`, `compare_attention`) return small verdict dataclasses that
 carry the measurement, the thresholds and `passed`; nothing here prints. The default thresholds and what they were
-set from are stated next to each constant and in docs/validation.md ("The DSA oracle").
+set from are stated next to each constant and in lab/notebook/validation.md ("The DSA oracle").
 
 What each function mirrors is named in its docstring (paths inside a composed vLLM tree). The arithmetic is
 written from the definition: every product and sum in fp32 from exactly decoded inputs, in whatever order torch
@@ -49,8 +49,8 @@ SCALE_BYTES = 4
 _CHUNK_ELEMENTS = 1 << 26
 
 # --- default thresholds --------------------------------------------------------------------------------------------
-# Set from measurement (tests/test_dsa_oracle.py; docs/validation.md "The DSA oracle"): the compose's Triton kernels
-# in the Triton interpreter on a CPU against this reference, seeded random inputs.
+# Set from measurement (tests/tool/test_dsa_oracle.py; lab/notebook/validation.md "The DSA oracle"): the compose's
+# Triton kernels in the Triton interpreter on a CPU against this reference, seeded random inputs.
 
 #: indexer logits: the kernels decode the same fp8 bytes exactly to bf16 and accumulate in fp32, so they differ from
 #: the reference by summation order alone (measured: 5.6e-8 of the largest |logit| for the paged

@@ -3,7 +3,7 @@
 The tiny cycle model (`tinyglm.TokenCycle`) is built so that greedy decoding is known in advance: after token `t`
 comes `next[t]`, with a designed logit margin far above bf16 rounding. Its MTP layer drafts `draft_next(t)`, right
 for a known set of tokens, so vLLM's spec-decode counters are known in advance too. This module computes both
-predictions and compares the runs' JSON (written by `device/validate.py`) with them and with each other:
+predictions and compares the runs' JSON (written by `lab/device/validate.py`) with them and with each other:
 
 - `expected_tokens`: the greedy continuation of a prompt.
 - `predicted_spec_counters`: drafts, draft tokens, accepted tokens (in total and per draft position) that vLLM's

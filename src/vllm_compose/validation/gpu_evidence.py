@@ -1,10 +1,10 @@
 """What ran on a GPU, per vLLM release: a summary of the result files the device sessions brought back.
 
-`device/collect.py` writes `results.json` files (`{"runs": {label: run}, "verdicts": {label: verdict}}`); sessions keep
-them under `docs/results/<session>/`. Each run records the vLLM version it imported, its pipeline size, MTP depth,
-scheduling mode, the capability it forced (`VC_FAKE_CAPABILITY`), and whether it finished; each verdict says whether
-its tokens and spec-decode counters were as predicted. The status table's GPU column is built from these files, so it
-can say no more than the files show.
+`lab/device/collect.py` writes `results.json` files (`{"runs": {label: run}, "verdicts": {label: verdict}}`);
+sessions keep them under `lab/results/<session>/`. Each run records the vLLM version it imported, its pipeline
+size, MTP depth, scheduling mode, the capability it forced (`VC_FAKE_CAPABILITY`), and whether it finished; each
+verdict says whether its tokens and spec-decode counters were as predicted. The status table's GPU column is built
+from these files, so it can say no more than the files show.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class ReleaseEvidence:
             configs = sorted(c for c, e in self.failed.items() if e == error)
             parts.append(f"FAILED: {', '.join(c.label() for c in configs)} ({error})")
         forced = ", ".join(f"sm_{c.replace('.', '')} paths forced in {n}" for c, n in sorted(self.capabilities.items()))
-        sessions = f"{len(self.sessions)} session" + ("" if len(self.sessions) == 1 else "s")
+        sessions = f"{len(self.sessions)} result folder" + ("" if len(self.sessions) == 1 else "s")
         return f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {sessions})"
 
 
@@ -82,7 +82,7 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
     """Per vLLM version: the composed-tree runs found in `results_dir/*/*results.json`.
 
     Each configuration shows one outcome: that of its latest session (session folders sort by date, as
-    `docs/results/` names them), and within that session the best one (`_RANK`). So a failure a later session
+    `lab/results/` names them), and within that session the best one (`_RANK`). So a failure a later session
     fixed is gone, and a failure after a pass shows."""
     results_dir = Path(results_dir)
     evidence: dict[str, ReleaseEvidence] = {}
@@ -96,7 +96,7 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
             raise ComposeError(
                 f"cannot read GPU results: {exc}",
                 file=str(path),
-                hint="results files are written by device/collect.py; fix or remove this one",
+                hint="results files are written by lab/device/collect.py; fix or remove this one",
             ) from None
         session = path.parent.name
         for label, run in runs.items():

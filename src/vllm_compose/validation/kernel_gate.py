@@ -1,9 +1,9 @@
 """The Ampere compile gate: compile recorded Triton kernel launches for sm_80 / sm_86 without a GPU.
 
 An H200 cannot run sm_80 code, but Triton compiles for any target on a CPU-only machine. The validation run on the
-device (device/sitecustomize) records every Triton compilation of a run that took vLLM's sm_80 code paths: the
+device (lab/device/sitecustomize) records every Triton compilation of a run that took vLLM's sm_80 code paths: the
 kernel's module and name and Triton's own specialization record (signature, constexpr values, pointer alignment
-attributes, launch options). `kernels/*.json` keeps those records; this module compiles each of them again from a
+attributes, launch options). `lab/recordings/*.json` keep those records; this module compiles each again from a
 given vLLM source tree for `GPUTarget("cuda", 80, 32)` and `("cuda", 86, 32)`.
 
 Kernels are loaded from the tree without importing vLLM (which needs torch, pydantic, ...): the kernel's module is
@@ -365,14 +365,14 @@ def _ast_source(fn, spec: dict[str, Any]):
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    """The kernel records of one `kernels/*.json` file."""
+    """The kernel records of one recording file (`lab/recordings/*.json`, `recordings/` beside this module)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise KernelGateError(
             f"cannot read kernel records: {exc}",
             file=str(path),
-            hint="re-create the file with device/collect.py and scripts in kernels/",
+            hint="re-create the file with lab/device/collect.py and lab/recordings/make_records.py",
         ) from exc
     return data["kernels"]
 

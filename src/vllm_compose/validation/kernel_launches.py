@@ -1,6 +1,6 @@
 """Kernel launches derived from a release's own code on a CPU: the records the Ampere compile gate compiles.
 
-The recorded gate (`kernel_gate`, `kernels/*.json`) compiles what one GPU run of one release launched. This module
+The recorded gate (`kernel_gate`, recordings) compiles what one GPU run of one release launched. This module
 derives the launches for any release tree instead: it loads vLLM's modules from the tree without importing vLLM
 (`kernel_gate._TolerantLoader`, executing Python as well as kernels), binds `vllm.platforms.current_platform` to a
 fake CUDA platform of an Ampere capability before any module-level statement runs, and calls the release's own
@@ -8,7 +8,7 @@ Python (a layer's `forward` with a stub `self`, or the wrapper the layer calls) 
 GLM-5.x and DeepSeek-V3.2. Every `kernel[grid](...)` those calls make goes through Triton 3.6's own binder and
 specialization (a fake active driver reports the sm_8x target); `knobs.runtime.jit_cache_hook` records the
 specialization and returns True, which makes Triton skip the compile and the launch. The record is the one
-device/sitecustomize writes on a GPU (module, qualname, Triton's `specialization_data`), so `kernel_gate.run_gate`
+lab/device/sitecustomize writes on a GPU (module, qualname, Triton's `specialization_data`), so `kernel_gate.run_gate`
 compiles either.
 
 What is driven is the DSA path on an Ampere GPU as the release's registry chooses it (`DRIVERS`, each naming the
@@ -229,8 +229,8 @@ class _FakeDriver:
 
 
 def launch_record(module: str, qualname: str, specialization_data: str) -> dict[str, Any]:
-    """One kernel record: what device/sitecustomize stores and kernel_gate compiles (Triton's own serialization,
-    `JITFunction._call_hook`'s `specialization_data`, parsed as device/collect.py parses it)."""
+    """One kernel record: what lab/device/sitecustomize stores and kernel_gate compiles (Triton's own serialization,
+    `JITFunction._call_hook`'s `specialization_data`, parsed as lab/device/collect.py parses it)."""
     return {"module": module, "qualname": qualname, "specialization": json.loads(specialization_data)}
 
 

@@ -14,7 +14,7 @@ as `topk_indices_buffer` and sets `make_empty_intermediate_tensors`) and answers
   stage's buffer between two target steps).
 
 A key that is sent, received and declared is a relay. What the relay carries and that it is right is shown on the
-release's own code by tests/test_indexcache_pp_relay.py; this is the per-release property the status table and
+release's own code by tests/series/test_indexcache_pp_relay.py; this is the per-release property the status table and
 `ampere-path` print.
 """
 

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the device machine, after `lab/device/stage.py receive 1..N` and `install`: the recall model's proof suites.
+#   lab/device/prove.sh model            write the GLM-5-shaped recall checkpoint to /tmp/vc/recall (on the GPU)
+#   lab/device/prove.sh SUITE...         run suites from the table below, one engine each, within VC_BUDGET_S (540)
+# Results: /tmp/vc/prove/LABEL.json (kept while the machine is warm), copied to $OUT.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+S=${VC_STAGE_DEST:-/tmp/vc}
+START=$(date +%s); BUDGET=${VC_BUDGET_S:-540}
+TREE=${VC_TREE:-composed}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$S/$TREE:$S/site:$REPO/lab/device/sitecustomize:$REPO/src" VC_SITE_DIRS="$S/site"
+export VC_FAKE_CAPABILITY=${VC_FAKE_CAPABILITY-8.0}
+mkdir -p "$S/prove" "${OUT:-/tmp/vc/out}"
+M=$S/recall
+A='"rotate_blocks": -1'
+declare -A SUITES=(
+  [eager]="{\"lengths\": [8192, 32768, 131072, 16384], \"fault_lengths\": [8192, 12288, 16384], $A}"
+  [eager_norot]="{\"lengths\": [8192, 32768, 16384], $A, \"rotate_blocks\": 0}"
+  [mtp1]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 1, $A}"
+  [mtp2]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 2, $A}"
+  [graph_mtp1]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 1, \"eager\": false, \"compilation\": {\"mode\": 0, \"cudagraph_mode\": \"FULL_DECODE_ONLY\"}, $A}"
+  [graph_mtp2]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 2, \"eager\": false, \"compilation\": {\"mode\": 0, \"cudagraph_mode\": \"FULL_DECODE_ONLY\"}, $A}"
+  [graph_default]="{\"lengths\": [8192, 16384], \"eager\": false, $A}"
+)
+for s in "$@"; do
+  left=$(( BUDGET - ($(date +%s) - START) ))
+  if [ "$s" = model ]; then
+    [ -f "$M/config.json" ] || python3 "$REPO/lab/device/prove.py" model --out "$M" 2>&1 | tail -3
+    continue
+  fi
+  if [ "$left" -lt 90 ]; then echo "SKIP $s (time)"; continue; fi
+  js=${SUITES[$s]:-}
+  if [ -z "$js" ]; then echo "unknown suite $s"; continue; fi
+  js="{\"label\": \"$s\", \"model_dir\": \"$M\", ${js:1}"
+  echo "== $s at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
+  timeout -s INT -k 15 $(( left - 15 )) python3 "$REPO/lab/device/prove.py" suite --json "$js" --out "$S/prove/$s.json" \
+    > "$S/prove/$s.log" 2>&1
+  echo "rc=$? $(tail -1 "$S/prove/$s.log" | cut -c1-600)"
+done
+cp "$S"/prove/*.json "${OUT:-/tmp/vc/out}/" 2>/dev/null
+for f in "$S"/prove/*.log; do tail -c 4000 "$f" > "${OUT:-/tmp/vc/out}/$(basename "$f")"; done 2>/dev/null
+true

@@ -1,0 +1,396 @@
+"""Stage a release's validation payload on the device machine, from a lock file, in calls of at most 64 MiB.
+
+A device call carries the repository's working tree plus at most 64 MiB in all, and the machine forgets everything
+when it goes back. So the payload (the wheels the image lacks, pinned by `lab/device/payload-TAG.lock`, and the parts of
+the stock vLLM wheel the run needs, plus the composed overlay) is built here into one byte stream, cut into parts of
+`--part-mib`, one folder per call (`.devstage/p1`, `p2`, ...), each with the manifest. On the machine, `receive N`
+checks part N against the manifest and keeps it; `install` joins the parts, checks every item's sha256, installs the
+wheels into `/tmp/vc/site` and unpacks the stock and composed trees. Standard library only: the same file runs on
+the machine's python3.
+
+Here (no GPU; the wheels as `pip download` saves them, the stock and composed `vllm/` trees from the sdist tag and
+the compose branch):
+
+    python3 lab/device/stage.py build --lock lab/device/payload-v0.33.0.lock --wheels DIR \\
+        --stock-tree /tmp/s33/vllm --composed-tree /tmp/c33/vllm
+
+There, one call per part, back to back (the machine stays warm 30 s between calls):
+
+    run(carry=[".devstage/p1"]):  python3 lab/device/stage.py receive 1
+    ...
+    run(carry=[".devstage/pN"]):  python3 lab/device/stage.py receive N && python3 lab/device/stage.py install
+
+The lock's lines are `name==version  sha256:DIGEST  wheel-file  [stock]`; `#` starts a comment. The line marked
+`stock` is the release's vLLM wheel: its Python files become the stock tree (less what the DSA model never imports,
+`EXCLUDE`), and the compiled objects named by `# so: PATH ...` lines are carried xz-compressed (the others stay
+behind: a run that reached for one would fail loudly). Every other line is a wheel installed with `--no-deps`.
+Exit status: 0 done, 1 a check failed (the message says which file and what to do), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+#: where the machine keeps the received parts and the installed payload (kept while it stays warm)
+DEST = Path(os.environ.get("VC_STAGE_DEST", "/tmp/vc"))
+#: xz outputs of the large objects, keyed by the wheel's sha256 (xz -9 of ~300 MB takes minutes)
+CACHE = Path(os.environ.get("VC_STAGE_CACHE", "/tmp/vc-stage-cache"))
+#: wheel members the DSA model never imports: CUDA sources, the Rust front end, DeepGEMM (the run must take the
+#: Triton indexer fallback) and the Blackwell FMHA sources
+EXCLUDE = re.compile(r"(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/(deep_gemm|fmha_sm100)/")
+#: a call's limit less the repository's own files and a margin
+DEFAULT_PART_MIB = 57
+#: tarfile's "data" filter where the Python has it (3.11.4+, 3.12); older ones extract plainly: the archives are
+#: the ones `build` wrote, and each is sha256-checked against the manifest before it is opened
+_SAFE = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
+
+class StageError(Exception):
+    """A check failed: the message names the file and what to do."""
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    name: str
+    version: str
+    sha256: str
+    file: str
+    stock: bool
+
+
+def read_lock(path: Path) -> tuple[list[LockEntry], list[str]]:
+    """The lock's wheels and its `# so:` objects. Raises StageError naming the line that does not parse."""
+    entries, objects = [], []
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if line.startswith("# so:"):
+            objects += line[len("# so:") :].split()
+            continue
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"(\S+)==(\S+)\s+sha256:([0-9a-f]{64})\s+(\S+\.whl)(\s+stock)?", line)
+        if not m:
+            raise StageError(
+                f"{path}:{n}: not 'name==version  sha256:DIGEST  file.whl  [stock]': {raw!r}; fix the line"
+            )
+        entries.append(LockEntry(m[1], m[2], m[3], m[4], bool(m[5])))
+    stock = [e for e in entries if e.stock]
+    if len(stock) != 1:
+        raise StageError(f"{path}: {len(stock)} lines marked 'stock'; mark exactly the release's vLLM wheel")
+    return entries, objects
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check_wheels(entries: list[LockEntry], wheels: Path, lock: Path) -> None:
+    for e in entries:
+        path = wheels / e.file
+        if not path.is_file():
+            raise StageError(
+                f"{e.file} ({e.name}=={e.version}, {lock.name}) is not in {wheels}; fetch it with "
+                f"python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "
+                f"--platform manylinux_2_28_x86_64 ... -d {wheels} {e.name}=={e.version} (the lock's header says "
+                "which platforms)"
+            )
+        got = sha256_of(path)
+        if got != e.sha256:
+            raise StageError(f"{path} has sha256 {got}, {lock.name} pins {e.sha256}; download it again")
+
+
+def _python_tree(wheel: Path, out: Path) -> None:
+    """The wheel's Python files (no compiled objects, less EXCLUDE) as a tar.xz, bytes reproducible."""
+    with zipfile.ZipFile(wheel) as z, lzma.open(out, "wb", preset=6) as xz:
+        with tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for info in sorted(z.infolist(), key=lambda i: i.filename):
+                name = info.filename
+                if info.is_dir() or name.endswith(".so") or EXCLUDE.search(name):
+                    continue
+                data = z.read(info)
+                ti = tarfile.TarInfo(name)
+                ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
+                tar.addfile(ti, io.BytesIO(data))
+
+
+def _object_xz(wheel: Path, sha: str, member: str) -> Path:
+    cached = CACHE / sha[:16] / (Path(member).name + ".xz")
+    if cached.is_file() and cached.stat().st_size:
+        return cached
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(".xz.tmp")
+    with zipfile.ZipFile(wheel) as z:
+        try:
+            src = z.open(member)
+        except KeyError:
+            raise StageError(f"{wheel.name} has no {member} (a '# so:' line of the lock); fix the lock") from None
+        with src, open(tmp, "wb") as f:
+            subprocess.run(["xz", "-9", "-T2", "-c"], stdout=f, check=True, input=src.read())
+    tmp.replace(cached)
+    return cached
+
+
+def _overlay(stock: Path, composed: Path, out: Path) -> list[str]:
+    """The composed tree's Python files that differ from (or are missing in) the stock tree, as a tar.xz."""
+    changed = sorted(
+        str(p.relative_to(composed))
+        for p in composed.rglob("*.py")
+        if "__pycache__" not in p.parts
+        and (
+            not (stock / p.relative_to(composed)).is_file()
+            or (stock / p.relative_to(composed)).read_bytes() != p.read_bytes()
+        )
+    )
+    with lzma.open(out, "wb", preset=6) as xz, tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in changed:
+            data = (composed / rel).read_bytes()
+            ti = tarfile.TarInfo(rel)
+            ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
+            tar.addfile(ti, io.BytesIO(data))
+    return changed
+
+
+def build(lock: Path, wheels: Path, stock_tree: Path, composed_tree: Path, out: Path, part_mib: int) -> dict:
+    """Build the parts under `out` (p1, p2, ...; replaced whole). Returns the manifest."""
+    entries, objects = read_lock(lock)
+    for tree, what in ((stock_tree, "--stock-tree"), (composed_tree, "--composed-tree")):
+        if not (tree / "__init__.py").is_file():
+            raise StageError(f"{what} {tree} is not a vllm/ package folder (no __init__.py); pass the tree's vllm/")
+    _check_wheels(entries, wheels, lock)
+    stock = next(e for e in entries if e.stock)
+    work = Path(tempfile.mkdtemp(prefix="vc-stage-"))
+    try:
+        items: list[tuple[str, Path]] = []
+        for e in entries:
+            if not e.stock:
+                items.append((f"whl/{e.file}", wheels / e.file))
+        _python_tree(wheels / stock.file, work / "vllm_py.tar.xz")
+        items.append(("vllm_py.tar.xz", work / "vllm_py.tar.xz"))
+        for member in objects:
+            items.append((f"so/{member}.xz", _object_xz(wheels / stock.file, stock.sha256, member)))
+        overlay = _overlay(stock_tree, composed_tree, work / "overlay.tar.xz")
+        items.append(("overlay.tar.xz", work / "overlay.tar.xz"))
+        part = part_mib << 20
+        total = sum(p.stat().st_size for _n, p in items)
+        parts = -(-total // part)
+        manifest = {
+            "lock": lock.name,
+            "release": stock.version,
+            "part_bytes": part,
+            "parts": parts,
+            "total_bytes": total,
+            "items": [{"name": n, "size": p.stat().st_size, "sha256": sha256_of(p)} for n, p in items],
+            "overlay": overlay,
+            "part_sha256": [],
+        }
+        staging = out.with_name(out.name + ".new")
+        shutil.rmtree(staging, ignore_errors=True)
+        for i in range(1, parts + 1):
+            (staging / f"p{i}").mkdir(parents=True)
+        # one stream, cut into parts
+        index, left, f = 1, part, open(staging / "p1" / "part", "wb")
+        try:
+            for _n, path in items:
+                with open(path, "rb") as src:
+                    while block := src.read(min(left, 1 << 20)):
+                        f.write(block)
+                        left -= len(block)
+                        if left == 0 and index < parts:
+                            f.close()
+                            index, left = index + 1, part
+                            f = open(staging / f"p{index}" / "part", "wb")
+        finally:
+            f.close()
+        manifest["part_sha256"] = [sha256_of(staging / f"p{i}" / "part") for i in range(1, parts + 1)]
+        text = json.dumps(manifest, indent=1)
+        for i in range(1, parts + 1):
+            (staging / f"p{i}" / "manifest.json").write_text(text)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.replace(out)
+        return manifest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _manifest(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise StageError(f"{folder}/manifest.json is missing or unreadable ({exc}); carry the part folder") from None
+
+
+def receive(n: int, source: Path = REPO / ".devstage") -> str:
+    """Check part `n` (carried as .devstage/pN) against its manifest and keep it under DEST/parts."""
+    folder = source / f"p{n}"
+    manifest = _manifest(folder)
+    if not 1 <= n <= manifest["parts"]:
+        raise StageError(f"part {n} of a payload of {manifest['parts']} parts")
+    got = sha256_of(folder / "part")
+    if got != manifest["part_sha256"][n - 1]:
+        raise StageError(
+            f"part {n} has sha256 {got}, the manifest says {manifest['part_sha256'][n - 1]}; carry it again"
+        )
+    parts = DEST / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    kept = parts / "manifest.json"
+    if kept.is_file() and json.loads(kept.read_text())["part_sha256"] != manifest["part_sha256"]:
+        for old in parts.iterdir():  # parts of another payload
+            old.unlink()
+    shutil.copyfile(folder / "manifest.json", kept)
+    tmp = parts / f"p{n}.tmp"
+    shutil.copyfile(folder / "part", tmp)
+    tmp.replace(parts / f"p{n}")
+    have = sorted(int(p.name[1:]) for p in parts.glob("p*") if p.name[1:].isdigit())
+    return f"part {n} of {manifest['parts']} ok ({manifest['lock']}); have {len(have)}: {have}"
+
+
+def install(models: bool = True) -> str:
+    """Join the received parts, check each item, install: wheels -> DEST/site, stock -> DEST/stock, stock plus
+    the overlay -> DEST/composed (the objects into both); then the tiny models (`write_models`)."""
+    parts = DEST / "parts"
+    if not (parts / "manifest.json").is_file():
+        raise StageError(f"no part received under {parts}; run 'receive N' with each part carried, then install")
+    manifest = _manifest(parts)
+    missing = [i for i in range(1, manifest["parts"] + 1) if not (parts / f"p{i}").is_file()]
+    if missing:
+        raise StageError(f"parts {missing} of {manifest['parts']} not received; run 'receive N' with each carried")
+    items = DEST / "items"
+    shutil.rmtree(items, ignore_errors=True)
+    handles = iter([parts / f"p{i}" for i in range(1, manifest["parts"] + 1)])
+    src = open(next(handles), "rb")
+    try:
+        for item in manifest["items"]:
+            path = items / item["name"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            h, left = hashlib.sha256(), item["size"]
+            with open(path, "wb") as f:
+                while left:
+                    block = src.read(min(left, 1 << 20))
+                    if not block:
+                        src.close()
+                        src = open(next(handles), "rb")
+                        continue
+                    f.write(block)
+                    h.update(block)
+                    left -= len(block)
+            if h.hexdigest() != item["sha256"]:
+                raise StageError(f"{item['name']}: sha256 {h.hexdigest()}, manifest {item['sha256']}; stage again")
+    finally:
+        src.close()
+    wheels = sorted(str(p) for p in (items / "whl").glob("*.whl"))
+    shutil.rmtree(DEST / "site", ignore_errors=True)
+    if wheels:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--target",
+                str(DEST / "site"),
+                *wheels,
+            ],
+            check=True,
+        )
+    for tree in ("stock", "composed"):
+        shutil.rmtree(DEST / tree, ignore_errors=True)
+        (DEST / tree).mkdir(parents=True)
+        with tarfile.open(items / "vllm_py.tar.xz") as tar:
+            tar.extractall(DEST / tree, **_SAFE)
+        for obj in (items / "so").rglob("*.xz"):
+            member = obj.relative_to(items / "so").with_suffix("")
+            (DEST / tree / member).parent.mkdir(parents=True, exist_ok=True)
+            with lzma.open(obj) as xz, open(DEST / tree / member, "wb") as f:
+                shutil.copyfileobj(xz, f)
+    with tarfile.open(items / "overlay.tar.xz") as tar:  # paths relative to the composed vllm/ folder
+        tar.extractall(DEST / "composed" / "vllm", **_SAFE)
+    shutil.rmtree(items)
+    if models:
+        write_models(DEST)
+    return (
+        f"installed {manifest['lock']}: {len(wheels)} wheels -> {DEST}/site; stock and composed vLLM "
+        f"{manifest['release']} ({len(manifest['overlay'])} overlay files) -> {DEST}/stock, {DEST}/composed"
+    )
+
+
+def write_models(dest: Path, layers: int = int(os.environ.get("VC_LAYERS", "4"))) -> None:
+    """The four tiny checkpoints of the validation runs (lab/device/run_all.sh's VC_MODEL names them)."""
+    # the device machine runs `install` from a copy of the working tree, where vllm_compose is not installed
+    sys.path.insert(0, str(REPO / "src"))
+    from vllm_compose.validation.tinyglm import TinyGlmSpec, generate
+
+    generate(TinyGlmSpec(num_hidden_layers=layers), dest / "tiny", max_model_len=1024)
+    generate(TinyGlmSpec(num_hidden_layers=layers, fixed_routing=True), dest / "tiny_fixed", max_model_len=1024)
+    # cycle model (TokenCycle): greedy tokens and MTP acceptance known in advance
+    generate(
+        TinyGlmSpec(num_hidden_layers=layers, weights="cycle", vocab_size=512), dest / "tiny_cycle", max_model_len=1024
+    )
+    # the same cycle with every draft wrong by design
+    generate(
+        TinyGlmSpec(
+            num_hidden_layers=layers, weights="cycle", vocab_size=512, draft_via_embedding=0.0, draft_via_hidden=0.0
+        ),
+        dest / "tiny_cycle_wrong",
+        max_model_len=1024,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build .devstage/p1..pN here")
+    b.add_argument("--lock", type=Path, required=True)
+    b.add_argument("--wheels", type=Path, required=True, help="folder of the lock's wheel files")
+    b.add_argument("--stock-tree", type=Path, required=True, help="the release's vllm/ (sdist tag)")
+    b.add_argument("--composed-tree", type=Path, required=True, help="the compose branch's vllm/")
+    b.add_argument("--out", type=Path, default=REPO / ".devstage")
+    b.add_argument("--part-mib", type=int, default=DEFAULT_PART_MIB)
+    r = sub.add_parser("receive", help="on the machine: check and keep the carried part N")
+    r.add_argument("n", type=int)
+    i = sub.add_parser("install", help="on the machine: join, check and install the received parts")
+    i.add_argument("--no-models", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            m = build(args.lock, args.wheels, args.stock_tree, args.composed_tree, args.out, args.part_mib)
+            print(
+                f"{m['parts']} parts of <= {args.part_mib} MiB, {m['total_bytes']} bytes, {len(m['items'])} items, "
+                f"{len(m['overlay'])} overlay files -> {args.out}/p1..p{m['parts']}"
+            )
+        elif args.cmd == "receive":
+            print(receive(args.n))
+        else:
+            print(install(models=not args.no_models))
+    except StageError as exc:
+        print(f"stage: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

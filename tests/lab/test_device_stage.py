@@ -1,0 +1,161 @@
+"""lab/device/stage.py end to end on made-up wheels: build the parts here, receive and install them as the device does.
+
+The device side runs in a subprocess with VC_STAGE_DEST pointing into the test's folder (it is /tmp/vc there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STAGE = REPO / "lab" / "device" / "stage.py"
+
+
+def _load_stage():
+    spec = importlib.util.spec_from_file_location("vc_device_stage", STAGE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    """A minimal valid wheel (pip installs it with --no-deps)."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    meta = {
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    entries = {**files, **meta}
+    record = "".join(f"{n},,\n" for n in entries) + f"{dist}.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, data in entries.items():
+            z.writestr(n, data)
+        z.writestr(f"{dist}.dist-info/RECORD", record)
+    return path
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    big = os.urandom(3 << 20)  # incompressible: the stream spans several 1 MiB parts
+    dep = _wheel(wheels, "tinydep", "1.0", {"tinydep/__init__.py": b"VALUE = 7\n", "tinydep/blob.bin": big})
+    stock = _wheel(
+        wheels,
+        "vllm",
+        "0.99.0",
+        {
+            "vllm/__init__.py": b"",
+            "vllm/layer.py": b"WHO = 'stock'\n",
+            "vllm/_C_stable_libtorch.abi3.so": b"\x7fELF not really" * 100,
+            "vllm/kernels/k.cu": b"// left out\n",
+            "vllm/third_party/deep_gemm/x.py": b"# left out\n",
+        },
+    )
+    stock_tree, composed_tree = tmp_path / "s" / "vllm", tmp_path / "c" / "vllm"
+    for tree, who in ((stock_tree, "stock"), (composed_tree, "composed")):
+        tree.mkdir(parents=True)
+        (tree / "__init__.py").write_text("")
+        (tree / "layer.py").write_text(f"WHO = {who!r}\n")
+    (composed_tree / "new_backend.py").write_text("NEW = True\n")
+    lock = tmp_path / "payload.lock"
+    lock.write_text(
+        "# a test payload\n"
+        "# so: vllm/_C_stable_libtorch.abi3.so\n"
+        f"tinydep==1.0  sha256:{_sha(dep)}  {dep.name}\n"
+        f"vllm==0.99.0  sha256:{_sha(stock)}  {stock.name}  stock\n"
+    )
+    return {"lock": lock, "wheels": wheels, "stock": stock_tree, "composed": composed_tree, "tmp": tmp_path}
+
+
+def test_parts_built_here_install_there_with_every_item_checked(inputs, monkeypatch):
+    stage = _load_stage()
+    monkeypatch.setattr(stage, "CACHE", inputs["tmp"] / "xzcache")
+    out = inputs["tmp"] / "repo" / ".devstage"
+    manifest = stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1)
+    assert manifest["parts"] >= 3 and manifest["overlay"] == ["layer.py", "new_backend.py"]
+    assert all((out / f"p{i}" / "part").stat().st_size <= 1 << 20 for i in range(1, manifest["parts"] + 1))
+    # the device side reads the parts from the repository's .devstage (REPO/.devstage there): receive via a copy
+    device_repo = inputs["tmp"] / "repo"
+    (device_repo / "lab" / "device").mkdir(parents=True)
+    (device_repo / "lab" / "device" / "stage.py").write_bytes(STAGE.read_bytes())
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, str(device_repo / "lab" / "device" / "stage.py"), *a],
+        env={**os.environ, "VC_STAGE_DEST": str(inputs["tmp"] / "vc")},
+        capture_output=True,
+        text=True,
+    )
+    nothing = run("install", "--no-models")
+    assert nothing.returncode == 1 and "no part received" in nothing.stderr
+    assert run("receive", "1").returncode == 0
+    early = run("install", "--no-models")
+    assert early.returncode == 1 and "not received" in early.stderr and "[2, 3" in early.stderr
+    for i in range(1, manifest["parts"] + 1):
+        got = run("receive", str(i))
+        assert got.returncode == 0, got.stderr
+    done = run("install", "--no-models")
+    assert done.returncode == 0, done.stderr
+    vc = inputs["tmp"] / "vc"
+    assert (vc / "site" / "tinydep" / "__init__.py").read_text() == "VALUE = 7\n"
+    assert (vc / "stock" / "vllm" / "layer.py").read_text() == "WHO = 'stock'\n"
+    assert (vc / "composed" / "vllm" / "layer.py").read_text() == "WHO = 'composed'\n"  # the overlay, in vllm/
+    assert (vc / "composed" / "vllm" / "new_backend.py").is_file()
+    assert not (vc / "stock" / "vllm" / "new_backend.py").exists()
+    for tree in ("stock", "composed"):
+        assert (vc / tree / "vllm" / "_C_stable_libtorch.abi3.so").read_bytes() == b"\x7fELF not really" * 100
+        assert not (vc / tree / "vllm" / "kernels" / "k.cu").exists()
+        assert not (vc / tree / "vllm" / "third_party").exists()
+
+
+def test_a_part_damaged_in_transit_is_refused_and_a_wrong_wheel_is_named(inputs, monkeypatch):
+    stage = _load_stage()
+    monkeypatch.setattr(stage, "CACHE", inputs["tmp"] / "xzcache")
+    out = inputs["tmp"] / ".devstage"
+    stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1)
+    part = out / "p2" / "part"
+    data = bytearray(part.read_bytes())
+    data[10] ^= 0xFF
+    part.write_bytes(bytes(data))
+    monkeypatch.setattr(stage, "DEST", inputs["tmp"] / "vc")
+    with pytest.raises(stage.StageError, match="part 2 has sha256"):
+        stage.receive(2, source=out)
+    assert not (inputs["tmp"] / "vc" / "parts" / "p2").exists()
+    (inputs["wheels"] / next(p.name for p in inputs["wheels"].glob("tinydep*"))).write_bytes(b"other")
+    with pytest.raises(stage.StageError, match=r"tinydep.*has sha256 .* pins"):
+        stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1)
+    assert json.loads((out / "p1" / "manifest.json").read_text())["parts"] >= 3  # the earlier build is untouched
+
+
+def test_a_lock_line_that_does_not_parse_is_named(tmp_path):
+    stage = _load_stage()
+    lock = tmp_path / "x.lock"
+    lock.write_text("vllm 0.1 nohash\n")
+    with pytest.raises(stage.StageError, match=r"x.lock:1: not 'name==version"):
+        stage.read_lock(lock)
+
+
+@pytest.mark.parametrize("lock", sorted((REPO / "lab" / "device").glob("payload-*.lock")), ids=lambda p: p.name)
+def test_the_repositorys_locks_parse_and_pin_their_release_wheel(lock):
+    stage = _load_stage()
+    entries, objects = stage.read_lock(lock)
+    release = lock.name.removeprefix("payload-v").removesuffix(".lock")
+    (stock,) = [e for e in entries if e.stock]
+    assert (stock.name, stock.version) == ("vllm", release)
+    assert "vllm/_C_stable_libtorch.abi3.so" in objects
+    names = [e.name for e in entries]
+    assert len(names) == len(set(names))  # one version of each: two stop the whole install

@@ -1,0 +1,104 @@
+"""The status table's GPU column: a summary of device result files, never more than they show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_compose.errors import ComposeError
+from vllm_compose.validation.gpu_evidence import RunConfig, collect_gpu_evidence
+
+RESULTS = Path(__file__).resolve().parents[2] / "lab" / "results"
+
+
+def _run(version="0.26.0", pp=1, mtp=0, ok=True, sync=False, capability="8.0"):
+    env = {"VC_FAKE_CAPABILITY": capability} if capability else {}
+    return {"vllm_version": version, "pp": pp, "mtp": mtp, "ok": ok, "sync_scheduling": sync, "env": env}
+
+
+def _write(root: Path, session: str, runs: dict, verdicts: dict | None = None) -> None:
+    (root / session).mkdir(parents=True)
+    (root / session / "results.json").write_text(json.dumps({"runs": runs, "verdicts": verdicts or {}}))
+
+
+def test_runs_group_by_release_and_a_failed_verdict_is_not_as_predicted(tmp_path):
+    _write(
+        tmp_path,
+        "s1",
+        {
+            "cycle_pp1": _run(),
+            "cycle_pp2_mtp2": _run(pp=2, mtp=2),
+            "stock_pp1": _run(ok=False),  # stock runs are not evidence about the compose
+            "new_pp1": _run(version="0.33.0", capability=None),
+        },
+        {"cycle_pp2_mtp2": {"as_predicted": True, "spec_as_predicted": False}},
+    )
+    ev = collect_gpu_evidence(tmp_path)
+    assert set(ev) == {"0.26.0", "0.33.0"}
+    assert ev["0.26.0"].as_predicted == {RunConfig(1, 0)}
+    assert ev["0.26.0"].not_as_predicted == {RunConfig(2, 2)}
+    assert ev["0.26.0"].runs == 2
+    assert "NOT as predicted: PP2+MTP2" in ev["0.26.0"].summary()
+    assert "none forced" in ev["0.33.0"].summary()
+
+
+def test_a_configuration_fixed_in_a_later_session_counts_once_as_predicted(tmp_path):
+    _write(tmp_path, "a", {"r": _run(pp=2, mtp=2, ok=False)})
+    _write(tmp_path, "b", {"r": _run(pp=2, mtp=2, sync=True), "s": _run(pp=2, mtp=2)})
+    ev = collect_gpu_evidence(tmp_path)["0.26.0"]
+    assert ev.as_predicted == {RunConfig(2, 2), RunConfig(2, 2, True)}
+    assert ev.not_as_predicted == set() and ev.failed == {}
+    assert ev.sessions == {"a", "b"}
+    assert "PP2+MTP2 sync" in ev.summary()
+
+
+def test_an_unreadable_results_file_is_a_typed_error_naming_it(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "results.json").write_text("{")
+    with pytest.raises(ComposeError) as exc:
+        collect_gpu_evidence(tmp_path)
+    assert exc.value.file.endswith("results.json")
+
+
+def test_a_run_that_did_not_finish_is_failed_with_its_root_cause_not_a_wrong_prediction(tmp_path):
+    failed = {
+        **_run(version="0.33.0", mtp=1, ok=False),
+        "error": "RuntimeError: Engine core initialization failed. See root cause above.",
+        "log_errors": ["AttributeError: 'X' object has no attribute 'y'", "RuntimeError: ... See root cause above."],
+    }
+    _write(tmp_path, "s6", {"cycle_pp1_mtp1": failed, "cycle_pp1": {**_run(version="0.33.0", ok=False), "error": "E"}})
+    ev = collect_gpu_evidence(tmp_path)["0.33.0"]
+    assert ev.as_predicted == set() and ev.not_as_predicted == set()
+    assert ev.failed == {RunConfig(1, 1): "AttributeError: 'X' object has no attribute 'y'", RunConfig(1, 0): "E"}
+    assert "FAILED: PP1+MTP1 (AttributeError: 'X' object has no attribute 'y')" in ev.summary()
+    assert "as predicted:" not in ev.summary()
+
+
+def test_a_failure_after_a_pass_shows_and_a_pass_outranks_a_failure_of_the_same_session(tmp_path):
+    _write(tmp_path, "2026-01-01", {"r": _run(mtp=1), "q": _run(mtp=2)})
+    _write(tmp_path, "2026-01-02", {"r": {**_run(mtp=1, ok=False), "error": "RuntimeError: later"}})
+    (tmp_path / "2026-01-02" / "b.results.json").write_text(
+        json.dumps({"runs": {"q": {**_run(mtp=2, ok=False), "error": "set-up"}, "p": _run(mtp=0)}})
+    )
+    (tmp_path / "2026-01-02" / "c.results.json").write_text(json.dumps({"runs": {"q": _run(mtp=2)}}))
+    (tmp_path / "2026-01-02" / "d.results.json").write_text(
+        json.dumps({"runs": {"q": {**_run(mtp=2, ok=False), "error": "after the pass, same session"}}})
+    )
+    ev = collect_gpu_evidence(tmp_path)["0.26.0"]
+    assert ev.failed == {RunConfig(1, 1): "RuntimeError: later"}  # the earlier session's pass does not hide it
+    assert ev.as_predicted == {RunConfig(1, 0), RunConfig(1, 2)}  # the session's pass stands, whatever the order
+    assert ev.runs == 7
+
+
+def test_the_repository_results_show_what_sessions_6_and_7_ran():
+    ev = collect_gpu_evidence(RESULTS)
+    assert set(ev) == {"0.26.0", "0.29.0", "0.33.0"}
+    assert {RunConfig(1, 2), RunConfig(2, 2), RunConfig(2, 2, True)} <= ev["0.26.0"].as_predicted
+    # session 6 ran v0.33.0's compose before series entry 0031 and failed on the first forward
+    # (record_logical_topk_ready); session 7 ran it with 0031, and v0.29.0's, at PP1
+    for version in ("0.29.0", "0.33.0"):
+        assert ev[version].as_predicted == {RunConfig(1, 0), RunConfig(1, 1), RunConfig(1, 2)}, version
+        assert ev[version].failed == {} and ev[version].not_as_predicted == set(), version
+    assert ev["0.33.0"].sessions == {"2026-12-01-s6", "2026-12-01-s7"}

@@ -1,0 +1,251 @@
+"""The CI scripts under ci/ run locally on fake PyPI data and a toy compose; the workflow files only call them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import toy_vllm as toy
+
+
+def run_compose_release(series: Path, repo: Path, out: Path, tmp_path: Path, *extra: str) -> int:
+    """`ci/compose_release.py` on the toy release, offline from the test's sources folder."""
+    argv = [toy.TAG, "--series", str(series), "--repo", str(repo), "--out", str(out)]
+    return compose_release.main([*argv, "--sources", str(tmp_path / "sources"), "--offline", *extra])
+
+
+def _tool(name: str) -> str | None:
+    """A console tool on PATH, or installed next to this interpreter (a venv run without activating it)."""
+    sibling = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(sibling) if sibling.is_file() else None)
+
+
+yaml = pytest.importorskip("yaml", reason="PyYAML not installed (add it to the test extra)")
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "ci"))
+
+import compose_release  # noqa: E402
+import find_new_releases  # noqa: E402
+import open_issue  # noqa: E402
+
+FAKE_PYPI = {
+    "releases": {
+        "0.25.0": [{"yanked": False}],
+        "0.26.0": [{"yanked": False}],
+        "0.26.1": [{"yanked": False}],
+        "0.27.0rc1": [{"yanked": False}],
+        "0.27.0": [{"yanked": False}],
+        "0.27.1": [{"yanked": True}],
+        "0.28.0": [],
+        "not-a-version": [{"yanked": False}],
+    }
+}
+
+
+def test_new_releases_after_newest_composed() -> None:
+    assert find_new_releases.new_releases(FAKE_PYPI, ["v0.25.0", "v0.26.0"]) == ["v0.26.1", "v0.27.0"]
+    assert find_new_releases.new_releases(FAKE_PYPI, ["v0.27.0"]) == []
+
+
+def test_find_new_releases_asks_the_configured_index_through_the_network_layer(
+    fake_http, monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror.invalid/simple")
+    files = [
+        {"filename": "vllm-0.26.0.tar.gz", "url": "f/vllm-0.26.0.tar.gz", "hashes": {}},
+        {"filename": "vllm-0.27.0.tar.gz", "url": "f/vllm-0.27.0.tar.gz", "hashes": {}},
+        {"filename": "vllm-0.27.1.tar.gz", "url": "f/vllm-0.27.1.tar.gz", "hashes": {}, "yanked": True},
+        {"filename": "vllm-0.28.0rc1.tar.gz", "url": "f/vllm-0.28.0rc1.tar.gz", "hashes": {}},
+    ]
+    page = "https://mirror.invalid/simple/vllm/"
+    fake_http.serve(page, json.dumps({"files": files}).encode(), "application/vnd.pypi.simple.v1+json")
+    composed = tmp_path / "composed.json"
+    composed.write_text('{"composed": ["v0.26.0"]}')
+    assert find_new_releases.main(["--composed", str(composed)]) == 0
+    assert capsys.readouterr().out.split() == ["v0.27.0"]
+    assert fake_http.requests == [page]
+    # the index unreachable: a clear error and the bad-input exit code, no traceback
+    fake_http.routes.clear()
+    assert find_new_releases.main(["--composed", str(composed)]) == 3
+    assert "cannot read the package index" in capsys.readouterr().err
+
+
+def test_find_new_releases_writes_github_output(tmp_path, monkeypatch, capsys) -> None:
+    pypi = tmp_path / "vllm.json"
+    pypi.write_text(json.dumps(FAKE_PYPI))
+    composed = tmp_path / "composed.json"
+    composed.write_text('{"composed": ["v0.26.0"]}')
+    out = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    assert find_new_releases.main(["--pypi-json", str(pypi), "--composed", str(composed)]) == 0
+    assert capsys.readouterr().out.split() == ["v0.26.1", "v0.27.0"]
+    assert out.read_text() == 'tags=["v0.26.1", "v0.27.0"]\n'
+
+
+def test_the_checked_in_record_names_a_composed_release() -> None:
+    composed = json.loads((ROOT / "ci" / "composed.json").read_text())["composed"]
+    assert composed and all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in composed)
+
+
+def test_open_issue_dry_run(tmp_path, capsys) -> None:
+    body = tmp_path / "body.md"
+    body.write_text("conflicts")
+    assert open_issue.main(["--repo", "o/r", "--title", "T", "--body-file", str(body), "--dry-run"]) == 0
+    req = json.loads(capsys.readouterr().out)
+    assert req["method"] == "POST" and req["url"] == "https://api.github.com/repos/o/r/issues"
+    assert req["json"]["title"] == "T" and req["json"]["body"] == "conflicts"
+    assert (
+        open_issue.main(["--repo", "o/r", "--title", "T", "--body-file", str(body), "--dry-run", "--existing", "7"])
+        == 0
+    )
+    req = json.loads(capsys.readouterr().out)
+    assert req["method"] == "PATCH" and req["url"].endswith("/issues/7")
+
+
+def _toy(tmp_path, fix_body=toy.FIX_BODY):
+    series = toy.write_series(tmp_path / "series", tmp_path / "sources", fix_body=fix_body)
+    repo = toy.make_release_repo(tmp_path / "vllm")
+    return series, repo
+
+
+def test_compose_release_success_builds_wheel_and_summary(tmp_path, monkeypatch) -> None:
+    from toy_wheel import make_stock_wheel
+
+    series, repo = _toy(tmp_path)
+    summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = tmp_path / "out"
+    stock = str(make_stock_wheel(tmp_path / "stock"))
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate")  # a toy tree
+    assert rc == 0
+    assert json.loads((out / "report-v0.26.0.json").read_text())["status"] == "composed"
+    assert "| pr101 | applied |" in summary.read_text()
+    assert list(out.glob("vllm-0.26.0+compose.101.g*.whl"))
+    assert not (out / "issue-v0.26.0.md").exists()
+
+
+def test_compose_release_unreviewed_landing_writes_issue_body_and_builds_no_wheel(tmp_path) -> None:
+    from toy_wheel import make_stock_wheel
+
+    # the fix's context line drifted in the release: it lands merged, and a new release has no approvals
+    drifted = toy.FIX_BODY.replace(" def helper(name):\n", " def helper(name):  # joins\n")
+    series, repo = _toy(tmp_path, fix_body=drifted)
+    out = tmp_path / "out"
+    stock = str(make_stock_wheel(tmp_path / "stock"))
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate")
+    assert rc == 2
+    assert not list(out.glob("*.whl"))
+    issue = (out / "issue-v0.26.0.md").read_text()
+    assert "1 hunk(s) landed relocated or merged without an approval for this release" in issue
+    assert "| `fix-helper:vllm/runner.py#1` | merged | 13-13 |" in issue
+    assert "vllm-compose review --onto v0.26.0" in issue
+
+
+def test_compose_release_gate_refusal_writes_issue_body_naming_the_kernels(tmp_path, monkeypatch) -> None:
+    from toy_wheel import gate_report, make_stock_wheel
+
+    from vllm_compose.validation import ampere_gate
+
+    monkeypatch.setattr(ampere_gate, "gate_in_environment", lambda tree, label="", **kw: gate_report(False))
+    series, repo = _toy(tmp_path)
+    out = tmp_path / "out"
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", str(make_stock_wheel(tmp_path / "stock")))
+    assert rc == 2
+    assert not list(out.glob("*.whl"))
+    body = (out / "issue-v0.26.0.md").read_text()
+    assert "fails the Ampere gate: 1 kernel x target do not compile" in body
+    assert "| `vllm.k._fused_q_kernel` | sm_80 | 2/2 | fp8e4nv not supported |" in body
+    assert "vllm-compose ampere-gate --onto v0.26.0" in body
+
+
+#: a fix that passes the PR's propose() a keyword it does not take: compiles, defines every name, composes clean;
+#: only the semantic check (ty) sees it, as with PR #46994's `intermediate_tensors=` on v0.27.0-v0.29.0
+SEMANTIC_BAD_FIX = toy.FIX_BODY.replace("name.strip()", "str(Runner(1).propose([name], draft=None))")
+
+
+def test_compose_release_semantic_finding_writes_issue_body_and_builds_no_wheel(tmp_path) -> None:
+    from toy_wheel import make_stock_wheel
+
+    series, repo = _toy(tmp_path, fix_body=SEMANTIC_BAD_FIX)
+    out = tmp_path / "out"
+    stock = str(make_stock_wheel(tmp_path / "stock"))
+    rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate")
+    assert rc == 2
+    assert json.loads((out / "report-v0.26.0.json").read_text())["status"] == "composed"  # the compose said OK
+    assert not list(out.glob("*.whl"))
+    body = (out / "issue-v0.26.0.md").read_text()
+    assert "the semantic check (ty) found 1 finding(s)" in body
+    assert re.search(r"\| `fix-helper` \| `vllm/runner.py:\d+` \| unknown-argument \| .*`draft`", body), body
+    findings = json.loads((out / "semantic-v0.26.0.json").read_text())
+    assert [f["entry"] for r in findings.values() for f in r["findings"]] == ["fix-helper"]
+    # the same compose without the check builds the wheel: the check is what stopped it
+    shutil.rmtree(out)
+    assert run_compose_release(series, repo, out, tmp_path, "--stock-wheel", stock, "--no-ampere-gate",
+                               "--no-semantic-check") == 0  # fmt: skip
+    assert list(out.glob("*.whl"))
+
+
+def test_compose_release_conflict_writes_issue_body(tmp_path) -> None:
+    series, repo = _toy(tmp_path)
+    text = (repo / "vllm" / "runner.py").read_text()
+    (repo / "vllm" / "runner.py").write_text(
+        text.replace(
+            "def propose(self, batch):\n        return [x * self.size for x in batch]",
+            "def propose(self, items, *, k=1):\n        return list(items)[:k]",
+        )
+    )
+    toy.git(repo, "commit", "-qam", "drift")
+    toy.git(repo, "tag", "-f", toy.TAG)
+    out = tmp_path / "out"
+    rc = run_compose_release(series, repo, out, tmp_path)
+    assert rc == 1
+    body = (out / "issue-v0.26.0.md").read_text()
+    assert "conflict" in body and "`pr101`: `vllm/runner.py` hunk 1" in body
+    assert not list(out.glob("*.whl"))
+
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflows_only_call_ci_scripts(path: Path) -> None:
+    data = yaml.safe_load(path.read_text())
+    runs = [s["run"] for job in data["jobs"].values() for s in job["steps"] if "run" in s]
+    assert runs
+    for run in runs:
+        assert re.match(r"(bash \.ci/run|python ci/[a-z_]+\.py|python -m pip install )", run), run
+        for script in re.findall(r"ci/[a-z_]+\.py", run):
+            assert (ROOT / script).is_file(), script
+
+
+@pytest.mark.skipif(_tool("check-jsonschema") is None, reason="check-jsonschema not installed")
+def test_workflows_match_the_schema() -> None:
+    proc = subprocess.run(
+        [
+            _tool("check-jsonschema"),
+            "--schemafile",
+            str(ROOT / "ci" / "workflow-schema.json"),
+            *map(str, WORKFLOWS),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_ci_entry_point_runs_the_readme_full_test_command() -> None:
+    """`.ci/run` ends with the test command the README gives for the full run, and the README's fast lane names a
+    test folder that exists."""
+    readme = (ROOT / "README.md").read_text()
+    full = re.search(r"^    python3 -m venv \.venv && \.venv/bin/pip install -e '\.\[test\]' && (.+)$", readme, re.M)
+    assert full, "the README's full test command is gone"
+    steps = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert steps[-1] == full.group(1) == ".venv/bin/python -m pytest -q"
+    fast = re.search(r"^    \.venv/bin/python -m pytest -q (tests/\w+)", readme, re.M)
+    assert fast and (ROOT / fast.group(1)).is_dir()
