@@ -21,7 +21,7 @@ from ..patchfile import Hunk
 from ..verdicts import Verdict
 from .groups import Group, attach_intents, hunk_groups
 from .outcome import Placement
-from .plan import Plan, approximate_plan, merge_plan, site_key
+from .plan import Plan, approximate_plan, merge_plan, site_key, spliced
 from .refusal import Refusal, RefusalKind
 from .scope_check import scope_refusal, shows_def_line, site_scope
 from .search import EOL, EXACT, INDENT, WS, Alignment, describe_site, site_alignments, site_line
@@ -246,15 +246,7 @@ def _merged(
             candidates,
             al.score,
         )
-    start = min(e.start for e in plan.edits)
-    end = max(e.end for e in plan.edits)
-    replacement: list[str] = []
-    pos = start
-    for e in sorted(plan.edits, key=lambda e: e.start):
-        replacement.extend(tgt.lines[pos : e.start])
-        replacement.extend(e.lines)
-        pos = e.end
-    replacement.extend(tgt.lines[pos:end])
+    start, end, replacement = spliced(tgt, plan.edits)
 
     eof = None
     last_t = max((t for t in al.mapping if t is not None), default=-1)

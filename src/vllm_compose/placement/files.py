@@ -55,62 +55,49 @@ def onto_whole_file(file_patch: FilePatch, target_text: str, lines: list[str], p
     if file_patch.is_new:
         post = [x for h in hunks for x in h.added]
         if [norm_text(x) for x in post] == [norm_text(x) for x in lines]:
-            return FilePlacement(
+            return _each_hunk(
                 file_patch,
-                [
-                    Placement(
-                        h,
-                        Verdict.ALREADY_APPLIED,
-                        landing_line=1,
-                        evidence="the file already exists with the patch's content",
-                    )
-                    for h in hunks
-                ],
                 target_text,
+                Verdict.ALREADY_APPLIED,
+                "the file already exists with the patch's content",
+                landing_line=1,
             )
-        return FilePlacement(
+        return _each_hunk(
             file_patch,
-            [
-                Placement(
-                    h,
-                    Verdict.CONFLICT,
-                    evidence=f"the patch creates {path}, but the target already has a different file there",
-                )
-                for h in hunks
-            ],
             target_text,
+            Verdict.CONFLICT,
+            f"the patch creates {path}, but the target already has a different file there",
         )
     pre = [x for h in hunks for x in h.pre_image]
     if [strip_cr(x) for x in pre] == [strip_cr(x) for x in lines]:
-        return FilePlacement(
+        return _each_hunk(
             file_patch,
-            [
-                Placement(
-                    h,
-                    Verdict.EXACT,
-                    start=0,
-                    end=len(lines),
-                    replacement=[],
-                    landing_line=1,
-                    evidence="deleted file matches the patch exactly",
-                    score=1.0,
-                )
-                for h in hunks
-            ],
             None,
+            Verdict.EXACT,
+            "deleted file matches the patch exactly",
+            deletes=len(lines),
+            landing_line=1,
+            score=1.0,
         )
-    return FilePlacement(
+    return _each_hunk(
         file_patch,
-        [
-            Placement(
-                h,
-                Verdict.CONFLICT,
-                evidence=f"the patch deletes {path}, but the target's content differs from what the patch removes",
-            )
-            for h in hunks
-        ],
         target_text,
+        Verdict.CONFLICT,
+        f"the patch deletes {path}, but the target's content differs from what the patch removes",
     )
+
+
+def _each_hunk(
+    file_patch: FilePatch, new_text: str | None, verdict: Verdict, evidence: str, deletes: int | None = None, **fields
+) -> FilePlacement:
+    """The one verdict of every hunk of a patch placed as a whole file.  deletes: the file's line count, when each
+    hunk replaces all of its lines with none."""
+    placements = []
+    for h in file_patch.hunks:
+        if deletes is not None:
+            fields.update(start=0, end=deletes, replacement=[])  # a list of its own for each hunk
+        placements.append(Placement(h, verdict, evidence=evidence, **fields))
+    return FilePlacement(file_patch, placements, new_text)
 
 
 def is_own_base(file_patch: FilePatch, target_text: str) -> bool:

@@ -16,7 +16,7 @@ from ..scope import PythonLayout
 from ..verdicts import Verdict
 from .groups import Group, hunk_groups
 from .outcome import Placement
-from .plan import Edit
+from .plan import Edit, spliced
 from .target import Target, indent_of, strip_cr
 
 
@@ -140,16 +140,7 @@ def place_imports(hunk: Hunk, tgt: Target) -> Placement | None:
             score=1.0,
             evidence="import: the target already imports every name the hunk adds (" + "; ".join(notes) + ")",
         )
-    edits = [e for e in edits if not e.applied]
-    edits.sort(key=lambda e: e.start)
-    start, end = edits[0].start, max(e.end for e in edits)
-    replacement: list[str] = []
-    pos = start
-    for e in edits:
-        replacement.extend(tgt.lines[pos : e.start])
-        replacement.extend(e.lines)
-        pos = e.end
-    replacement.extend(tgt.lines[pos:end])
+    start, end, replacement = spliced(tgt, [e for e in edits if not e.applied])
     return Placement(
         hunk,
         Verdict.MERGED,

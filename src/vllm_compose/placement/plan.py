@@ -179,16 +179,10 @@ def _between_neighbours(
             changed = (
                 f"the target changed lines the hunk removes (target lines {prev + 2}..{nxt}: `{T[between[0]].strip()}`)"
             )
-            merged = None
-            if tgt.is_py and g.b - g.a == 1 and len(g.added) == 1 and len(between) == 1:
-                merged = merge_line(P[g.a], g.added[0], T[between[0]], tgt, between[0])
-            if merged is None:
-                return Refusal(RefusalKind.REMOVED_CHANGED, changed)
-            if isinstance(merged, Refusal):
-                return Refusal(RefusalKind.REMOVED_CHANGED, f"{changed}: {merged.detail}")
-            line, note = merged
-            notes.append(note)
-            return Edit(between[0], between[0] + 1, [tgt.eol(line)], False)
+            one_line = tgt.is_py and g.b - g.a == 1 and len(g.added) == 1 and len(between) == 1
+            return _line_merged(
+                P, g, between[0] if one_line else None, tgt, notes, RefusalKind.REMOVED_CHANGED, changed
+            )
         both = (
             f"both sides changed the same place: the target has "
             f"{len(between)} line(s) of its own between target lines {prev + 1} and "
@@ -213,7 +207,6 @@ def _at_the_edge(
     P: list[str], g: Group, M: list[int | None], prev: int | None, nxt: int | None, tgt: Target, notes: list[str]
 ) -> Edit | Refusal:
     """`_group_site` for a group whose removed lines are gone, anchored on one side only."""
-    T = tgt.lines
     m = len(P)
     gone = "the target no longer has the lines the hunk removes, and no line next to them agrees"
     # a one-line change at the hunk's edge (nothing before it, or nothing after it): the target's line right next to
@@ -221,16 +214,25 @@ def _at_the_edge(
     edge = None
     if tgt.is_py and g.b - g.a == 1 and len(g.added) == 1 and (prev is None) != (nxt is None):
         edge = nxt - 1 if prev is None and g.a == 0 else (prev + 1 if nxt is None and g.b == m else None)
-    merged = None
-    if edge is not None and 0 <= edge < len(T) and edge not in M:
-        merged = merge_line(P[g.a], g.added[0], T[edge], tgt, edge)
+    if edge is not None and not (0 <= edge < len(tgt.lines) and edge not in M):
+        edge = None
+    return _line_merged(P, g, edge, tgt, notes, RefusalKind.REMOVED_GONE, gone)
+
+
+def _line_merged(
+    P: list[str], g: Group, at: int | None, tgt: Target, notes: list[str], kind: RefusalKind, why: str
+) -> Edit | Refusal:
+    """A one-line change whose line the target changed too (target line `at`; None: no such line): the hunk's
+    insertion merged into the target's version of the line (`containers.merge_line`), or a refusal of `kind` saying
+    `why`, and why the line cannot be merged when the container rules say so."""
+    merged = merge_line(P[g.a], g.added[0], tgt.lines[at], tgt, at) if at is not None else None
     if merged is None:
-        return Refusal(RefusalKind.REMOVED_GONE, gone)
+        return Refusal(kind, why)
     if isinstance(merged, Refusal):
-        return Refusal(RefusalKind.REMOVED_GONE, f"{gone}: {merged.detail}")
+        return Refusal(kind, f"{why}: {merged.detail}")
     line, note = merged
     notes.append(note)
-    return Edit(edge, edge + 1, [tgt.eol(line)], False)
+    return Edit(at, at + 1, [tgt.eol(line)], False)
 
 
 def _beside_one_neighbour(g: Group, prev: int | None, nxt: int | None, tgt: Target) -> tuple[int, int] | Edit:
@@ -447,6 +449,21 @@ def _insertion_anchors(
             f"and {after + 1}): the site the hunk was made for is gone",
         )
     return found[0], found[1]
+
+
+def spliced(tgt: Target, edits: list[Edit]) -> tuple[int, int, list[str]]:
+    """(start, end, lines): the window [start, end) of target lines the edits span, and the lines that replace it
+    (the target's own lines between the edits kept)."""
+    start = min(e.start for e in edits)
+    end = max(e.end for e in edits)
+    replacement: list[str] = []
+    pos = start
+    for e in sorted(edits, key=lambda e: e.start):
+        replacement.extend(tgt.lines[pos : e.start])
+        replacement.extend(e.lines)
+        pos = e.end
+    replacement.extend(tgt.lines[pos:end])
+    return start, end, replacement
 
 
 def approximate_plan(groups: list[Group], al: Alignment) -> Plan | None:
