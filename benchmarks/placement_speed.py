@@ -67,9 +67,10 @@ class MemoryTree:
 
 def _clear_content_caches() -> None:
     """The engine memoizes per-file work by content; a repeat must not reuse the previous run's results."""
-    from vllm_compose import placement, scope
+    from vllm_compose import scope
+    from vllm_compose.placement import target
 
-    placement._cached_target.cache_clear()
+    target._cached_target.cache_clear()
     scope._parse_error.cache_clear()
 
 

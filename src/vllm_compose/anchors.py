@@ -1,6 +1,6 @@
 """Syntax anchors: what a hunk's own lines say about its site, and what a file has at a line, compared by identity.
 
-This is the audit's ruler for *where a hunk belongs*. It shares no code with the placement engine (`placement.py`,
+This is the audit's ruler for *where a hunk belongs*. It shares no code with the placement engine (`placement/`,
 `scope.py`): the engine scores candidate sites by how much of the hunk's text agrees; this module asks what the
 code around the change *is*, and whether the landing is the same thing.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import ExitCode, RepositoryError
-from .placement import Verdict as HunkVerdict
+from .verdicts import Verdict as HunkVerdict
 
 if TYPE_CHECKING:
     from .audit import AuditReport

@@ -156,7 +156,8 @@ def test_a_site_lacking_what_the_best_site_holds_is_no_rival() -> None:
     """The tie-break the drift benchmark's 0.28.0#115 and 0.27.0#132 needed: a replacement only lands where the lines
     it replaces are; the whole pre-image (re-indented) beats a part of it. Anything less stays ambiguous."""
     from vllm_compose.patchfile import parse_patch
-    from vllm_compose.placement import _Alignment, _rival_lacks_what_best_holds
+    from vllm_compose.placement.choice import _rival_lacks_what_best_holds
+    from vllm_compose.placement.search import Alignment
 
     replace = (
         parse_patch(b"--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n a = 1\n-b = 2\n+b = 3\n c = 4\n", "p").files[0].hunks[0]
@@ -164,7 +165,7 @@ def test_a_site_lacking_what_the_best_site_holds_is_no_rival() -> None:
     insert = parse_patch(b"--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n a = 1\n+x = 0\n c = 4\n", "p").files[0].hunks[0]
 
     def al(mapping, cats, extras=()):
-        return _Alignment(list(mapping), list(cats), 1.0, 0.5, list(extras))
+        return Alignment(list(mapping), list(cats), 1.0, 0.5, list(extras))
 
     holds = al([10, 11, 12], ["exact", "indentation", "exact"])
     lacks_removed = al([20, None, 21], ["exact", None, "exact"])
@@ -204,6 +205,6 @@ def test_a_site_lacking_what_the_best_site_holds_is_no_rival() -> None:
 def test_element_name(line, name):
     """The name the vanished-anchor rule searches the target for: elements, parameters, keyword arguments and
     statements have one; imports, defs, classes, decorators, keyword statements, brackets and comments do not."""
-    from vllm_compose.placement import _element_name
+    from vllm_compose.placement.plan import _element_name
 
     assert _element_name(line) == name
