@@ -49,7 +49,7 @@ import triton.language as tl  # noqa: E402
 
 from vllm_compose.errors import ComposeError  # noqa: E402
 from vllm_compose.patchfile import join_lines, parse_patch  # noqa: E402
-from vllm_compose.validation.kernel_gate import _TolerantLoader  # noqa: E402
+from vllm_compose.validation.kernel_gate import ReleaseLoader  # noqa: E402
 
 E4M3_PATH = "vllm/models/deepseek_v32/common/e4m3.py"
 E4M3_MODULE = "vllm.models.deepseek_v32.common.e4m3"
@@ -110,7 +110,7 @@ def load_e4m3(text: str) -> dict:
     root = Path(tempfile.mkdtemp(prefix="e4m3-module-"))
     (root / E4M3_PATH).parent.mkdir(parents=True)
     (root / E4M3_PATH).write_text(text)
-    ns = _TolerantLoader(root).namespace(E4M3_MODULE)
+    ns = ReleaseLoader(root).namespace(E4M3_MODULE)
     if "e4m3fn_bits" not in ns:
         raise OracleError("the module defines no e4m3fn_bits", file=E4M3_PATH, hint="is this the right e4m3.py?")
     return ns
@@ -548,7 +548,7 @@ def load_tree_kernels(tree: Path, software: bool) -> dict:
     the one making the constexpr), so the flag is set in the loaded e4m3 namespace before the kernels resolve
     their globals; a loader per mode keeps Triton's per-function global check from seeing the flag change.
     """
-    loader = _TolerantLoader(Path(tree))
+    loader = ReleaseLoader(Path(tree))
     e4m3 = loader.namespace(E4M3_MODULE)
     e4m3["E4M3_IN_SOFTWARE"] = software
     e4m3["SOFTWARE_E4M3"] = tl.constexpr(software)

@@ -32,9 +32,13 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from dsa_modules import dsa_modules  # lab/device/, the script's folder
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))  # the tool's package, not installed where this runs
+
+from dsa_modules import dsa_modules  # noqa: E402  lab/device/, the script's folder
+
+from vllm_compose.validation.ampere_facts import GPUS  # noqa: E402
+
 PYTHON = "/root/.pyenv/versions/3.12.1/bin/python3"
 KINDS = Path("/work/.library/device/KINDS.md")
 #: the device image's torch stack (KINDS.md: torch 2.11.0, triton 3.6.0, NCCL 2.28.9)
@@ -61,6 +65,9 @@ PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (39, 38, 37, 36, 35, 34, 33, 32,
                                                   23, 22, 21, 20, 19, 18, 17, 12, 5)]  # fmt: skip
 PLATFORMS += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 
+#: what vLLM's platform answers in the import probe: the first Ampere GPU of the tool's facts (an A100's capability
+#: and device name), so that import-time probes take sm_8x paths
+PROBE_PLATFORM = f"CAPABILITY, DEVICE_NAME = {GPUS[0].capability!r}, {GPUS[0].name!r}\n"
 PROBE = r"""
 import importlib, importlib.machinery, importlib.metadata as md, json, sys, traceback
 BLOCK = sys.argv[1].split(",")
@@ -76,10 +83,10 @@ from vllm.platforms.interface import DeviceCapability
 class Fake(C.NonNvmlCudaPlatform):
     @classmethod
     def get_device_capability(cls, device_id=0):
-        return DeviceCapability(8, 0)
+        return DeviceCapability(*CAPABILITY)
     @classmethod
     def get_device_name(cls, device_id=0):
-        return "NVIDIA A100-SXM4-80GB"
+        return DEVICE_NAME
 P._current_platform = Fake()
 failures = {}
 for m in sys.argv[2:]:
@@ -193,7 +200,7 @@ def make_lock(release: str, work: Path, image: set[str], python: str) -> str:
     stub = libcuda_stub(site, work / "stub")
     modules = dsa_modules(site / "vllm")
     probe = subprocess.run(
-        [str(env / "bin" / "python"), "-c", PROBE, ",".join(OPTIONAL_AT_IMPORT), *modules],
+        [str(env / "bin" / "python"), "-c", PROBE_PLATFORM + PROBE, ",".join(OPTIONAL_AT_IMPORT), *modules],
         capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(stub)},
     )  # fmt: skip
     line = next((ln for ln in probe.stdout.splitlines() if ln.startswith("PROBE ")), None)

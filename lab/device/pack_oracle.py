@@ -20,14 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import torch  # noqa: E402
 
-from vllm_compose.validation.kernel_gate import _TolerantLoader  # noqa: E402
+from vllm_compose.validation.kernel_gate import ReleaseLoader  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", required=True, type=Path)
     args = ap.parse_args()
-    loader = _TolerantLoader(args.tree)
+    loader = ReleaseLoader(args.tree)
     module = "vllm.v1.attention.ops.common"
     ns = loader.namespace(module)
     loader.resolve(module, {"pack_seq_triton", "torch", "triton", "tl"})

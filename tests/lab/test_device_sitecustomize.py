@@ -6,6 +6,7 @@ validation's engine and workers do.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -228,3 +229,66 @@ def test_the_model_classes_a_run_builds_are_recorded(tmp_path):
         ("vllm.model_executor.model_loader.utils.Model", "model"),
         ("vllm.model_executor.model_loader.utils.Draft", ""),
     ]
+
+
+PLATFORM_INTERFACE = """
+from typing import NamedTuple
+
+
+class DeviceCapability(NamedTuple):
+    major: int
+    minor: int
+"""
+
+PLATFORM_CUDA = """
+from vllm.platforms.interface import DeviceCapability
+
+
+class CudaPlatformBase:
+    @classmethod
+    def get_device_capability(cls, device_id=0):
+        return DeviceCapability(9, 0)  # the H200 the validation runs on
+
+
+class NonNvmlCudaPlatform(CudaPlatformBase):
+    @classmethod
+    def get_device_capability(cls, device_id=0):
+        return DeviceCapability(9, 0)
+"""
+
+
+def _platform_run(tmp_path, capability: str) -> subprocess.CompletedProcess:
+    fake = tmp_path / "fake"
+    _package(fake, {"vllm/platforms/interface.py": PLATFORM_INTERFACE, "vllm/platforms/cuda.py": PLATFORM_CUDA})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(HOOK_DIR)]), "VC_FAKE_CAPABILITY": capability}
+    for key in ("VC_CHECK_TOKEN_IDS", "VC_RECORD_DIR", "VC_PP_SAME_STREAM"):
+        env.pop(key, None)
+    code = (
+        "import sys, vllm.platforms.cuda as c\n"
+        "print(tuple(c.CudaPlatformBase.get_device_capability()), tuple(c.NonNvmlCudaPlatform.get_device_capability()))\n"
+        "print('vllm_compose importable:', any('vllm_compose' in m for m in sys.modules))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def test_the_platform_answers_the_faked_capability_read_by_the_tools_ampere_facts(tmp_path):
+    facts = importlib.import_module("vllm_compose.validation.ampere_facts")
+    for gpu in facts.GPUS:
+        text = f"{gpu.capability[0]}.{gpu.capability[1]}"
+        proc = _platform_run(tmp_path / text, text)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines() == [f"{gpu.capability} {gpu.capability}", "vllm_compose importable: False"]
+        assert facts.parse_capability(text) == gpu.capability
+
+
+def test_a_malformed_capability_stops_the_platform_import_naming_the_value(tmp_path):
+    proc = _platform_run(tmp_path, "eight")
+    assert proc.returncode != 0
+    assert "capability 'eight' is not written MAJOR.MINOR" in proc.stderr
+
+
+def test_run_all_fakes_only_ampere_capabilities():
+    facts = importlib.import_module("vllm_compose.validation.ampere_facts")
+    table = (HOOK_DIR.parent / "run_all.sh").read_text().split("TABLE='", 1)[1].split("'", 1)[0]
+    faked = {row.split()[4] for row in table.splitlines() if row.strip()} - {"-"}
+    assert faked and {facts.parse_capability(c) for c in faked} <= set(facts.CAPABILITIES), faked

@@ -14,8 +14,9 @@ import pytest
 from release_trees import composed_tree, release_tree
 
 from vllm_compose.trees import DirTree
-from vllm_compose.validation.dsa_path import _find_class, _source
+from vllm_compose.validation.dsa_path import _find_class
 from vllm_compose.validation.impl_contract import Verdict, class_members, impl_calls, impl_contracts
+from vllm_compose.validation.release_source import release_source
 
 LAYER = """
 class Layer:
@@ -83,7 +84,7 @@ def test_each_impl_call_is_found_with_the_condition_that_decides_it(tmp_path):
 
 def test_members_follow_the_bases_through_imports_and_name_what_cannot_be_resolved(tmp_path):
     tree = _tree(tmp_path, {"vllm/impl.py": BASES, "vllm/base.py": BASE})
-    src = _source(tree)
+    src = release_source(tree)
     path, cls, _ = _find_class(src, "vllm.impl", "Impl")
     members, unresolved = class_members(tree, path, cls)
     assert members["own"] == "vllm/impl.py:Impl" and members["flag"] == "vllm/impl.py:Impl"
@@ -100,7 +101,7 @@ def test_v0_33_0_calls_a_method_the_xpu_sparse_impl_lacks_and_flashmla_sparse_in
     calls = [c for c in impl_calls(tree, ["vllm/models/deepseek_v32/attention.py"])]
     record = [c for c in calls if c.name == "record_logical_topk_ready"]
     assert record and record[0].condition is None  # on every forward
-    src = _source(tree)
+    src = release_source(tree)
     xpu_path, xpu, _ = _find_class(src, "vllm.v1.attention.backends.mla.xpu_mla_sparse", "XPUMLASparseImpl")
     xpu_members, _ = class_members(tree, xpu_path, xpu)
     assert "record_logical_topk_ready" not in xpu_members

@@ -8,7 +8,11 @@ VC_FAKE_CAPABILITY=8.0   vLLM's CUDA platform (`vllm.platforms.cuda`, both the N
                          `torch.cuda.get_device_capability` report this compute capability. The patch is installed
                          by an import hook the moment `vllm.platforms.cuda` is executed, before any caller can ask.
                          Triton still compiles for the real GPU (calls from Triton's own files get the real
-                         capability): the sm_80 compile check is the separate compile gate.
+                         capability): the sm_80 compile check is the separate compile gate. The value is read by
+                         `parse_capability` of the tool's Ampere facts (`src/vllm_compose/validation/
+                         ampere_facts.py`), loaded by its path from the repository this file sits in: the device
+                         call carries `src/` with `device/`, and loading the one file leaves `sys.path` (so what
+                         the validated processes can import) as it was.
 VC_RECORD_DIR=/path      each process appends JSON lines there (`<pid>.jsonl`):
                          {"kind": "capability", "caller": "vllm/...py:LINE func", "asked": ...} once per call site;
                          {"kind": "triton", "module": ..., "qualname": ..., "specialization": <triton JSON>} once per
@@ -86,10 +90,37 @@ def _note_capability(asked):
         _record({"kind": "capability", "caller": c, "asked": asked, "pid": os.getpid()})
 
 
+#: the tool's Ampere facts below the repository root (stdlib only, importing nothing of the tool)
+_FACTS = os.path.join("src", "vllm_compose", "validation", "ampere_facts.py")
+_facts = None
+
+
+def _ampere_facts():
+    """The facts module of the repository this file sits in, loaded once by its path (see VC_FAKE_CAPABILITY)."""
+    global _facts
+    if _facts is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        while not os.path.isfile(os.path.join(here, _FACTS)):
+            if os.path.dirname(here) == here:
+                raise FileNotFoundError(f"sitecustomize: no {_FACTS} in a folder above {__file__}")
+            here = os.path.dirname(here)
+        spec = importlib.util.spec_from_file_location("_vc_ampere_facts", os.path.join(here, _FACTS))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there; a private name, not the tool's
+        spec.loader.exec_module(module)
+        _facts = module
+    return _facts
+
+
+def _fake_capability():
+    """VC_FAKE_CAPABILITY as (major, minor)."""
+    return _ampere_facts().parse_capability(_FAKE)
+
+
 def _patch_platform(module):
     from vllm.platforms.interface import DeviceCapability
 
-    major, minor = (int(x) for x in _FAKE.split("."))
+    major, minor = _fake_capability()
 
     def get_device_capability(cls, device_id=0):
         _note_capability("platform.get_device_capability")
@@ -348,7 +379,7 @@ class _PatchAfterExec(importlib.abc.MetaPathFinder):
 def _patch_torch():
     import torch.cuda
 
-    major, minor = (int(x) for x in _FAKE.split("."))
+    major, minor = _fake_capability()
     real = torch.cuda.get_device_capability
 
     def get_device_capability(device=None):

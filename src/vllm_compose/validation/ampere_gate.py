@@ -24,15 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .ampere_facts import CAPABILITIES, compile_target
 from .kernel_gate import GateResult, load_records, run_gate
 from .kernel_launches import Derivation, DriverOutcome, derive_launches, release_loader
 
 if TYPE_CHECKING:
     from .coverage_record import CoverageCheck
     from .impl_contract import BackendContract
-
-#: the capabilities gated: A100 (sm_80) and the GA10x GPUs (RTX 30xx, A10, A40: sm_86)
-CAPABILITIES: tuple[tuple[int, int], ...] = ((8, 0), (8, 6))
 
 #: module suffixes of the recorded kernels on the DSA path (recordings/composed-v0.26.0-sm80.json); the others there
 #: are the V2 model runner's and the sampler's kernels
@@ -146,10 +144,10 @@ def derive_and_compile(
     derived: dict[str, int] = {}
     for cap in capabilities:
         derivation: Derivation = derive_launches(tree, cap, label=label)
-        target = cap[0] * 10 + cap[1]
+        target, warp_size = compile_target(cap)
         loader = release_loader(tree, cap)  # kernels defined in classes load only where Python executes
         try:
-            results = run_gate(derivation.records, tree, targets=((target, 32),), loader=loader)
+            results = run_gate(derivation.records, tree, targets=((target, warp_size),), loader=loader)
         finally:
             loader.close()
         kernels += _verdicts(derivation.records, results, target)

@@ -269,11 +269,11 @@ def run_in_environment(
 
 
 def _error_of(data: dict[str, Any]) -> ComposeError:
-    from . import kernel_gate, kernel_launches
+    from . import fake_platform, kernel_gate, kernel_launches
 
     kinds = {
         "DriverError": kernel_launches.DriverError,
-        "PlatformProbeError": kernel_launches.PlatformProbeError,
+        "PlatformProbeError": fake_platform.PlatformProbeError,
         "KernelGateError": kernel_gate.KernelGateError,
         "GateEnvironmentError": GateEnvironmentError,
     }

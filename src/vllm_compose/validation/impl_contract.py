@@ -21,16 +21,8 @@ import enum
 from dataclasses import dataclass, field
 
 from ..trees import FileTree
-from .dsa_path import (
-    DsaPathError,
-    _dotted_of,
-    _find_class,
-    _source,
-    dsa_model_classes,
-    mtp_drafts,
-    path_modules,
-    sparse_backends,
-)
+from .dsa_path import _find_class, dsa_model_classes, mtp_drafts, path_modules, sparse_backends
+from .release_source import DsaPathError, dotted_of, release_source
 
 #: the layers that hold the impl, read beyond the DSA path's modules (the path's closure stops at its bound; these
 #: call the impl on every forward): the MLA layer (v0.26.0 on) and its wrapper, the DSA model up to v0.28.0
@@ -124,7 +116,7 @@ def _condition(parents: dict, call: ast.Call, fn: ast.AST | None) -> str | None:
 
 def impl_calls(tree: FileTree, modules: list[str]) -> list[ImplCall]:
     """Every `<expr>.impl.NAME(...)` call in `modules`."""
-    src = _source(tree)
+    src = release_source(tree)
     calls = []
     for path in modules:
         got = src.module(path)
@@ -158,7 +150,7 @@ def _base_names(cls: ast.ClassDef) -> list[str]:
 
 def class_members(tree: FileTree, path: str, cls: ast.ClassDef) -> tuple[dict[str, str], list[str]]:
     """name -> defining class for the methods and class attributes of `cls` and its bases; the bases not found."""
-    src = _source(tree)
+    src = release_source(tree)
     members: dict[str, str] = {}
     unresolved: list[str] = []
     seen: set[tuple[str, str]] = set()
@@ -181,7 +173,7 @@ def class_members(tree: FileTree, path: str, cls: ast.ClassDef) -> tuple[dict[st
             if base in _NEUTRAL_BASES:
                 continue
             try:
-                base_path, base_cls, _steps = _find_class(src, _dotted_of(path), base)
+                base_path, base_cls, _steps = _find_class(src, dotted_of(path), base)
             except DsaPathError:
                 unresolved.append(f"{base} (base of {cls.name}, {path})")
                 continue
@@ -192,13 +184,13 @@ def class_members(tree: FileTree, path: str, cls: ast.ClassDef) -> tuple[dict[st
 
 
 def _impl_class(tree: FileTree, path: str, backend_cls: str) -> tuple[str, ast.ClassDef] | None:
-    src = _source(tree)
-    bpath, bcls, _ = _find_class(src, _dotted_of(path), backend_cls)
+    src = release_source(tree)
+    bpath, bcls, _ = _find_class(src, dotted_of(path), backend_cls)
     for stmt in bcls.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "get_impl_cls":
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Return) and isinstance(node.value, ast.Name):
-                    ipath, icls, _ = _find_class(src, _dotted_of(bpath), node.value.id)
+                    ipath, icls, _ = _find_class(src, dotted_of(bpath), node.value.id)
                     return ipath, icls
     return None
 

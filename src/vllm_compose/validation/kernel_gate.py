@@ -25,15 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComposeError
+from .ampere_facts import COMPILE_TARGETS
 
 #: times a module-level statement is retried after binding a name it lacked (executing Python only)
 _RETRIES = 8
 
 #: packages vLLM imports that the standard library stands in for when they are absent (executing Python only)
 _STDLIB_STAND_INS = {"regex": "re"}
-
-#: the targets every recorded kernel must compile for: (compute capability, warp size)
-AMPERE_TARGETS: tuple[tuple[int, int], ...] = ((80, 32), (86, 32))
 
 #: launch options carried from the record into the sm_8x compile; the rest (fp8 dtype lists, PTX version) belong to
 #: the recording GPU and are re-derived by Triton for the target.
@@ -65,8 +63,9 @@ class GateResult:
 
 
 @dataclass
-class _TolerantLoader:
-    """Executes vLLM modules from a source tree without importing vLLM; see the module docstring."""
+class ReleaseLoader:
+    """The release loader of the gates: executes vLLM modules from a source tree without importing vLLM (see the
+    module docstring); `kernel_launches.release_loader` makes the one that executes the release's Python."""
 
     tree: Path
     modules: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -279,7 +278,7 @@ class _ModuleNamespace(dict):
     subclass): a wrapper's names resolve as its own imports say, without walking its body. Module-level statements
     run before `loaded` is set and see only what is bound, as in the compile gate."""
 
-    def __init__(self, loader: _TolerantLoader | None, name: str) -> None:
+    def __init__(self, loader: ReleaseLoader | None, name: str) -> None:
         super().__init__()
         self.loader = loader
         self.module = name
@@ -303,7 +302,7 @@ class _ModuleEntry:
 class _ModuleView:
     """`vllm.x.y` as an `import` statement inside a loaded function sees it: attributes come from the loader."""
 
-    def __init__(self, loader: _TolerantLoader, name: str) -> None:
+    def __init__(self, loader: ReleaseLoader, name: str) -> None:
         self._loader = loader
         self._name = name
 
@@ -380,8 +379,8 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 def run_gate(
     records: list[dict[str, Any]],
     tree: Path,
-    targets: tuple[tuple[int, int], ...] = AMPERE_TARGETS,
-    loader: _TolerantLoader | None = None,
+    targets: tuple[tuple[int, int], ...] = COMPILE_TARGETS,
+    loader: ReleaseLoader | None = None,
 ) -> list[GateResult]:
     """Compile every record for every target from the vLLM source tree `tree` (the folder holding `vllm/`).
 
@@ -390,7 +389,7 @@ def run_gate(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import compile as triton_compile
 
-    loader = loader if loader is not None else _TolerantLoader(Path(tree))
+    loader = loader if loader is not None else ReleaseLoader(Path(tree))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
     results = []
     for rec in records:

@@ -2,14 +2,14 @@
 
 The recorded gate (`kernel_gate`, recordings) compiles what one GPU run of one release launched. This module
 derives the launches for any release tree instead: it loads vLLM's modules from the tree without importing vLLM
-(`kernel_gate._TolerantLoader`, executing Python as well as kernels), binds `vllm.platforms.current_platform` to a
-fake CUDA platform of an Ampere capability before any module-level statement runs, and calls the release's own
-Python (a layer's `forward` with a stub `self`, or the wrapper the layer calls) on CPU tensors with the sizes of
-GLM-5.x and DeepSeek-V3.2. Every `kernel[grid](...)` those calls make goes through Triton 3.6's own binder and
-specialization (a fake active driver reports the sm_8x target); `knobs.runtime.jit_cache_hook` records the
-specialization and returns True, which makes Triton skip the compile and the launch. The record is the one
-lab/device/sitecustomize writes on a GPU (module, qualname, Triton's `specialization_data`), so `kernel_gate.run_gate`
-compiles either.
+(`kernel_gate.ReleaseLoader`, executing Python as well as kernels), binds `vllm.platforms.current_platform` to a
+fake CUDA platform of an Ampere capability (`fake_platform.FakeCudaPlatform`) before any module-level statement
+runs, and calls the release's own Python (a layer's `forward` with a stub `self`, or the wrapper the layer calls) on
+CPU tensors with the sizes of GLM-5.x and DeepSeek-V3.2. Every `kernel[grid](...)` those calls make goes through
+Triton 3.6's own binder and specialization (a fake active driver reports the sm_8x target);
+`knobs.runtime.jit_cache_hook` records the specialization and returns True, which makes Triton skip the compile and
+the launch (`fake_platform.capture_launches`). The record is the one lab/device/sitecustomize writes on a GPU (module,
+qualname, Triton's `specialization_data`), so `kernel_gate.run_gate` compiles either.
 
 What is driven is the DSA path on an Ampere GPU as the release's registry chooses it (`DRIVERS`, each naming the
 release code it calls). Outcomes per driver: `ran` (its launches recorded), `not on path` (the tree lacks the
@@ -25,24 +25,18 @@ import ast
 import contextlib
 import copy
 import inspect
-import json
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .kernel_gate import AMPERE_TARGETS, KernelGateError, _TolerantLoader
+from .ampere_facts import BLOCK_SIZE, BY_CAPABILITY, CAPABILITIES, GPUS, KV_CACHE_DTYPE
+from .fake_platform import FakeCudaPlatform, PlatformProbeError, capture_launches, record_key
+from .kernel_gate import KernelGateError, ReleaseLoader
 
 #: module of the DSA models' code, per registry target (`registry.py` maps the architecture to one of these)
 REGISTRY_ARCHITECTURES = ("GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM")
-
-#: SM counts the sparse-MLA split heuristic sizes its grid with: A100 (sm_80, 108 SMs) and RTX 3090 (sm_86, 82 SMs)
-SM_COUNT = {(8, 0): 108, (8, 6): 82}
-
-#: the Ampere launch contract (docs/user-guide.md): bf16 model, `--kv-cache-dtype auto` (bf16 KV), block size 64
-KV_CACHE_DTYPE = "auto"
-BLOCK_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -89,191 +83,6 @@ class DriverError(KernelGateError):
     """A driver cannot drive the release's code: its function is missing, or it takes a parameter unknown here."""
 
 
-class PlatformProbeError(KernelGateError):
-    """Release code asked the fake platform something it does not implement (a new platform probe)."""
-
-
-# --- the fake platform -------------------------------------------------------------------------------------------
-
-
-class DeviceCapability(tuple):
-    """`vllm.platforms.interface.DeviceCapability` as release code uses it: (major, minor), `.to_int()`."""
-
-    def __new__(cls, major: int, minor: int):
-        return super().__new__(cls, (major, minor))
-
-    major = property(lambda self: self[0])
-    minor = property(lambda self: self[1])
-
-    def to_int(self) -> int:
-        return self[0] * 10 + self[1]
-
-    def as_version_str(self) -> str:
-        return f"{self[0]}.{self[1]}"
-
-
-def _cap_int(cap) -> int:
-    if isinstance(cap, tuple):
-        return cap[0] * 10 + cap[1]
-    return int(cap)
-
-
-class FakeCudaPlatform:
-    """`current_platform` of a CUDA GPU of compute capability `capability` (an A100 is (8, 0)).
-
-    Only what the DSA path's release code asks is implemented (found by reading the trees); any other attribute
-    raises `PlatformProbeError` naming it, so a new release's new probe is visible instead of silently false.
-    """
-
-    device_type = "cuda"
-    device_name = "cuda"
-    dispatch_key = "CUDA"
-    ray_device_key = "GPU"
-    simple_compile_backend = "inductor"
-
-    def __init__(self, capability: tuple[int, int]) -> None:
-        self.capability = DeviceCapability(*capability)
-
-    def is_cuda(self) -> bool:
-        return True
-
-    def is_cuda_alike(self) -> bool:
-        return True
-
-    def is_rocm(self) -> bool:
-        return False
-
-    def is_xpu(self) -> bool:
-        return False
-
-    def is_cpu(self) -> bool:
-        return False
-
-    def is_tpu(self) -> bool:
-        return False
-
-    def is_out_of_tree(self) -> bool:
-        return False
-
-    def get_device_capability(self, device_id: int = 0) -> DeviceCapability:
-        return self.capability
-
-    def has_device_capability(self, capability, device_id: int = 0) -> bool:
-        return self.capability.to_int() >= _cap_int(capability)
-
-    def is_device_capability(self, capability, device_id: int = 0) -> bool:
-        return self.capability.to_int() == _cap_int(capability)
-
-    def is_device_capability_family(self, capability, device_id: int = 0) -> bool:
-        return self.capability.to_int() // 10 == _cap_int(capability) // 10
-
-    def fp8_dtype(self):
-        import torch
-
-        return torch.float8_e4m3fn
-
-    def is_fp8_fnuz(self) -> bool:
-        return False
-
-    def supports_fp8(self) -> bool:
-        return self.has_device_capability(89)
-
-    def is_arch_support_pdl(self) -> bool:
-        # vLLM: programmatic dependent launch needs sm_90+
-        return self.has_device_capability(90)
-
-    def get_device_name(self, device_id: int = 0) -> str:
-        return {80: "NVIDIA A100-SXM4-80GB", 86: "NVIDIA GeForce RTX 3090"}.get(self.capability.to_int(), "NVIDIA")
-
-    def is_pin_memory_available(self) -> bool:
-        return True
-
-    def manual_seed_all(self, seed: int) -> None:
-        return None
-
-    def __getattr__(self, name: str):
-        raise PlatformProbeError(
-            f"release code asked current_platform.{name}, which the fake CUDA platform does not implement",
-            key=name,
-            hint="read what the real CudaPlatform answers on an sm_8x GPU and add it to FakeCudaPlatform",
-        )
-
-
-# --- launch capture ----------------------------------------------------------------------------------------------
-
-
-class _FakeDriver:
-    """Triton's active driver as the binder asks it: the target, a device and a stream (no GPU behind them)."""
-
-    def __init__(self, capability: tuple[int, int]) -> None:
-        from triton.backends.compiler import GPUTarget
-
-        self.target = GPUTarget("cuda", capability[0] * 10 + capability[1], 32)
-
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device=None) -> int:
-        return 0
-
-    def get_active_torch_device(self):
-        import torch
-
-        return torch.device("cpu")
-
-    def is_active(self) -> bool:
-        return True
-
-
-def launch_record(module: str, qualname: str, specialization_data: str) -> dict[str, Any]:
-    """One kernel record: what lab/device/sitecustomize stores and kernel_gate compiles (Triton's own serialization,
-    `JITFunction._call_hook`'s `specialization_data`, parsed as lab/device/collect.py parses it)."""
-    return {"module": module, "qualname": qualname, "specialization": json.loads(specialization_data)}
-
-
-def record_key(rec: dict[str, Any]) -> str:
-    """Identity of a specialization (the per-launch `key` aside): records with equal keys compile the same."""
-    spec = {k: v for k, v in rec["specialization"].items() if k != "key"}
-    return json.dumps([rec["module"], rec["qualname"], spec], sort_keys=True, default=str)
-
-
-@contextlib.contextmanager
-def capture_launches(capability: tuple[int, int]) -> Iterator[list[dict[str, Any]]]:
-    """Within the block, Triton launches are recorded into the yielded list and neither compiled nor run.
-
-    The fake driver stands in for `triton.runtime.driver.active`; the cache hook returns True, which makes
-    `JITFunction._do_compile` return before compiling (and `run` before launching). An autotuner benchmarks each
-    config it keeps by launching it: the benchmark is replaced by one recorded launch per config.
-    """
-    from triton import knobs
-    from triton.runtime import driver
-    from triton.runtime.autotuner import Autotuner
-
-    records: list[dict[str, Any]] = []
-
-    def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
-        records.append(launch_record(fn.module, fn.name, compile["specialization_data"]))
-        return True
-
-    def bench(self, *args, config, **meta):
-        self.fn.run(*args, **{**meta, **config.all_kwargs()})
-        return [float(self.configs.index(config)) if config in self.configs else 0.0]
-
-    saved_driver, saved_hook, saved_bench = driver._active, knobs.runtime.jit_cache_hook, Autotuner._bench
-    driver.set_active(_FakeDriver(capability))
-    knobs.runtime.jit_cache_hook = hook
-    Autotuner._bench = bench
-    try:
-        yield records
-    finally:
-        driver._active = saved_driver
-        knobs.runtime.jit_cache_hook = saved_hook
-        Autotuner._bench = saved_bench
-
-
 # --- the release's code ------------------------------------------------------------------------------------------
 
 
@@ -296,7 +105,7 @@ class Release:
 
     tree: Path
     capability: tuple[int, int]
-    loader: _TolerantLoader
+    loader: ReleaseLoader
     label: str = ""
 
     def has(self, module: str) -> bool:
@@ -737,7 +546,7 @@ def _triton_mla_sparse(rel: Release) -> None:
     mod = "vllm.v1.attention.backends.mla.triton_mla_sparse"
     warmup = rel.method(mod, "TritonMLASparseImpl", "_warmup_autotune")
     forward = rel.method(mod, "TritonMLASparseImpl", "_forward_bf16_kv")
-    sm_count = SM_COUNT.get(tuple(rel.capability), 108)
+    sm_count = BY_CAPABILITY.get(tuple(rel.capability), GPUS[0]).sm_count  # the A100's for a capability not listed
     cfg = Stub(_what="VllmConfig", cache_config=Stub(block_size=BLOCK_SIZE))
     dim_qk = rel.value("vllm.v1.attention.ops.triton_mla_sparse_kernel", "_DIM_QK")
     for model, tp in _cases():
@@ -1011,7 +820,7 @@ def dsa_model_code(tree: Path) -> str:
 
 
 def derive_launches(
-    tree: Path, capability: tuple[int, int] = (8, 0), label: str = "", drivers: tuple[Driver, ...] = DRIVERS
+    tree: Path, capability: tuple[int, int] = CAPABILITIES[0], label: str = "", drivers: tuple[Driver, ...] = DRIVERS
 ) -> Derivation:
     """Drive the DSA path of the release tree `tree` (the folder holding `vllm/`) as on a GPU of `capability`."""
     import sys
@@ -1032,9 +841,9 @@ def derive_launches(
     return out
 
 
-def release_loader(tree: Path, capability: tuple[int, int]) -> _TolerantLoader:
+def release_loader(tree: Path, capability: tuple[int, int]) -> ReleaseLoader:
     """A loader that executes the release's Python as on a CUDA GPU of `capability` (call `close()` after)."""
-    return _TolerantLoader(
+    return ReleaseLoader(
         Path(tree),
         bindings={
             ("vllm.platforms", "current_platform"): FakeCudaPlatform(capability),
@@ -1077,10 +886,3 @@ def _drive(rel: Release, drivers, model_code: str, out: Derivation, seen: set[st
                 seen.add(k)
                 out.records.append(rec)
         out.outcomes.append(DriverOutcome(d.name, "ran", launches=len(records)))
-
-
-def gate_targets(capabilities: tuple[tuple[int, int], ...] = ((8, 0), (8, 6))) -> tuple[tuple[int, int], ...]:
-    """The compile targets for derived capabilities ((8, 0) -> (80, 32)), checked against the gate's targets."""
-    targets = tuple((c[0] * 10 + c[1], 32) for c in capabilities)
-    assert set(targets) <= set(AMPERE_TARGETS)
-    return targets
