@@ -12,7 +12,7 @@
     which come from GitHub only, so CI has no composed tree;
   - `VLLM_COMPOSE_STOCK_WHEEL` (`stock_wheel`): the stock vLLM 0.26.0 wheel (`vllm-0.26.0-cp38-abi3-manylinux_2_28_
     x86_64.whl`, about 300 MB from PyPI); without it, the copy in the real cache, if a `vllm-compose wheel` run
-    ever fetched it. The tool's precompiled build reads the same variable (`artifacts/precompiled_hook.py`).
+    ever fetched it. The tool's precompiled build reads the same variable (`precompiled_hook.py`).
 
 Import it as `from release_trees import ...` (tests/ is on sys.path, as for `toy_compose`).
 """

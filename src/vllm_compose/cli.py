@@ -3,16 +3,17 @@
 `vllm-compose rebase|apply|check-fuzz|validate ...`; `scripts/rebase_series.py`, `scripts/apply_series.py` and
 `scripts/check_fuzz.py` are shims that call `main()` with their subcommand. Every `ComposeError` is caught here
 once, printed as "error: <what, where>\\n  hint: <how to proceed>" and mapped to its exit code (README: exit codes).
+Each command's handler is in `commands`; options several commands take are declared once (`SHARED_OPTIONS`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
-from .errors import CommandLineError, ComposeError, ExitCode
+from . import commands
+from .errors import ComposeError, ExitCode
 
 #: what `vllm-compose --help` says the tool is
 DESCRIPTION = (
@@ -58,20 +59,102 @@ def _tool_version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
+#: options several commands share, each declared once: its flags and `add_argument` keywords. A command takes them
+#: through `_shared` (argparse `parents=`), and may say what one means for it with its own help text.
+SHARED_OPTIONS = {
+    "series": (("--series",), {"default": DEFAULTS["series"], "type": Path, "help": "series folder (default: series)"}),
+    "repo": (("--repo",), {"default": DEFAULTS["repo"], "type": Path, "help": "vLLM git repository (default: vllm)"}),
+    "init": (
+        ("--init",),
+        {"action": "store_true", "help": "create the --repo folder and a repository in it if missing"},
+    ),
+    "json": (("--json",), {"type": Path, "metavar": "FILE", "help": "also write the report as JSON"}),
+    "sources": (("--sources",), {"type": Path, "metavar": "DIR", "help": "seed the cache with the files in DIR"}),
+    "cache": (
+        ("--cache",),
+        {"type": Path, "metavar": "DIR", "help": "cache folder (default: $VLLM_COMPOSE_CACHE or XDG)"},
+    ),
+    "offline": (("--offline",), {"action": "store_true", "help": "use only the cache and --sources"}),
+    "quiet": (("--quiet", "-q"), {"action": "store_true", "help": "no progress display"}),
+    "no_import_smoke": (
+        ("--no-import-smoke",),
+        {
+            "action": "store_true",
+            "help": "skip importing the changed modules (recorded in the report; without it the import smoke runs "
+            "only where the installed vLLM is the release composed, its kernels load and a CUDA driver is present, "
+            "and is skipped with the reason elsewhere)",
+        },
+    ),
+    "no_ampere_gate": (
+        ("--no-ampere-gate",),
+        {
+            "action": "store_true",
+            "help": "build without the Ampere gate (the DSA kernels compiled for sm_80/86); recorded in the report",
+        },
+    ),
+    "allow_unreviewed": (
+        ("--allow-unreviewed",),
+        {
+            "action": "store_true",
+            "help": "build although relocated or merged landings have no approval for the release (recorded)",
+        },
+    ),
+}
+#: what `--offline` means for the commands that compose into a repository
+OFFLINE_REPO = "use only the repository, the cache and --sources"
+
+
+def _shared(*names: str, **helps: str) -> argparse.ArgumentParser:
+    """A parent parser holding the shared options `names` (keys of `SHARED_OPTIONS`), in that order; `helps`
+    replaces an option's help text for this command. Built afresh per command: argparse shares a parent's actions
+    with every child, so a help text changed for one command would change for all."""
+    parent = argparse.ArgumentParser(add_help=False)
+    for name in names:
+        flags, kwargs = SHARED_OPTIONS[name]
+        parent.add_argument(*flags, **{**kwargs, **({"help": helps[name]} if name in helps else {})})
+    return parent
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vllm-compose", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"%(prog)s {_tool_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+    _compose_parsers(sub)
+    _gate_parsers(sub)
+    _artifact_parsers(sub)
+    _pp_plan_parser(sub)
+    _pr_bump_parser(sub)
+    s = sub.add_parser(
+        "audit-series",
+        help="compose the series onto a release in a scratch repository (pre-commit)",
+        parents=[_shared("series", "sources", "cache", "offline")],
+    )
+    s.add_argument("--onto", action="append", metavar="TAG", help="release tag to compose onto (repeatable)")
+    return p
 
-    r = sub.add_parser("rebase", help="replay the series onto a vLLM release tag into a compose branch")
+
+def _compose_parsers(sub) -> None:
+    """`rebase`, `apply`, `check-fuzz`, `validate`, `status`, `series-diff`, `review`: composing and proving it."""
+    r = sub.add_parser(
+        "rebase",
+        help="replay the series onto a vLLM release tag into a compose branch",
+        parents=[
+            _shared(
+                "series",
+                "repo",
+                "init",
+                "json",
+                "sources",
+                "cache",
+                "offline",
+                "quiet",
+                "no_import_smoke",
+                sources="seed the cache with the files in DIR (offline use)",
+                offline=OFFLINE_REPO,
+            )
+        ],
+    )
     r.add_argument("--onto", metavar="TAG", help="release tag, e.g. v0.26.0 (imported from PyPI when needed)")
-    r.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
-    r.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
-    r.add_argument("--init", action="store_true", help="create the --repo folder and a repository in it if missing")
-    r.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
-    r.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR (offline use)")
-    r.add_argument("--cache", type=Path, metavar="DIR", help="cache folder (default: $VLLM_COMPOSE_CACHE or XDG)")
-    r.add_argument("--offline", action="store_true", help="use only the repository, the cache and --sources")
     r.add_argument(
         "--worktree",
         type=Path,
@@ -100,50 +183,47 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--force", action="store_true", help="replace a branch whose tip was not written by this tool")
     r.add_argument("--no-checks", action="store_true", help="skip the per-entry checks (recorded in the report)")
-    no_import_smoke(r)
     r.add_argument(
         "--no-checkout",
         action="store_true",
         help="leave the repository's worktree as it is (default: check the new branch out when it is clean or empty)",
     )
-    r.add_argument("--quiet", "-q", action="store_true", help="no progress display")
 
-    a = sub.add_parser("apply", help="apply a series or patches onto a plain directory (e.g. site-packages)")
+    a = sub.add_parser(
+        "apply",
+        help="apply a series or patches onto a plain directory (e.g. site-packages)",
+        parents=[_shared("json", "sources", "cache", "offline")],
+    )
     a.add_argument("--to", required=True, type=Path, metavar="DIR")
     src = a.add_mutually_exclusive_group(required=True)
     src.add_argument("--series", type=Path, metavar="DIR")
     src.add_argument("--patch", type=Path, action="append", metavar="FILE")
     a.add_argument("--onto", metavar="TAG", help="with --series: the release the entries are chosen for")
     a.add_argument("-p", dest="strip", type=int, default=1, help="strip level (default 1)")
-    a.add_argument("--json", type=Path, metavar="FILE")
     a.add_argument("--dry-run", action="store_true")
     a.add_argument("--markers", action="store_true", help="write diff3-style markers instead of .rej files")
-    a.add_argument("--sources", type=Path, metavar="DIR")
-    a.add_argument("--cache", type=Path, metavar="DIR")
-    a.add_argument("--offline", action="store_true")
 
-    c = sub.add_parser("check-fuzz", help="audit where every hunk of an application landed")
+    c = sub.add_parser("check-fuzz", help="audit where every hunk of an application landed", parents=[_shared("json")])
     c.add_argument("--stock", required=True, help="stock tree: a directory, or a git revision with --repo")
     c.add_argument("--patched", required=True, help="patched tree: a directory, or a git revision with --repo")
     c.add_argument("--repo", type=Path, help="git repository for revisions")
     c.add_argument("-p", dest="strip", type=int, default=1)
-    c.add_argument("--json", type=Path, metavar="FILE")
     c.add_argument("patches", nargs="+", type=Path, metavar="PATCH")
 
-    v = sub.add_parser("validate", help="validate a series folder (series.toml and its patches)")
-    v.add_argument("--series", default=DEFAULTS["series"], type=Path)
-    v.add_argument("--cache", type=Path, metavar="DIR", help="cache folder the PR diffs are looked up in")
+    sub.add_parser(
+        "validate",
+        help="validate a series folder (series.toml and its patches)",
+        parents=[_shared("series", "cache", cache="cache folder the PR diffs are looked up in")],
+    )
 
     st = sub.add_parser(
-        "status", help="compose onto each tag (no branch state kept on conflict) and write the status table"
+        "status",
+        help="compose onto each tag (no branch state kept on conflict) and write the status table",
+        parents=[
+            _shared("series", "repo", "init", "sources", "cache", "offline", "no_import_smoke", offline=OFFLINE_REPO)
+        ],
     )
     st.add_argument("--onto", action="append", required=True, metavar="TAG", help="repeat for each release")
-    st.add_argument("--series", default=DEFAULTS["series"], type=Path)
-    st.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
-    st.add_argument("--init", action="store_true", help="create the --repo folder and a repository in it if missing")
-    st.add_argument("--sources", type=Path, metavar="DIR")
-    st.add_argument("--cache", type=Path, metavar="DIR")
-    st.add_argument("--offline", action="store_true")
     st.add_argument("--write", type=Path, metavar="FILE", help="put the table into FILE's marked section")
     st.add_argument("--json-dir", type=Path, metavar="DIR", help="also write each tag's report as DIR/TAG.json")
     st.add_argument(
@@ -154,27 +234,67 @@ def _parser() -> argparse.ArgumentParser:
         help="device result files for the GPU column (default: lab/results)",
     )
     st.add_argument("--no-ampere-gate", action="store_true", help="leave the Ampere gate column unfilled")
-    no_import_smoke(st)
 
-    sd = sub.add_parser("series-diff", help="per-entry diff of the compose branches of two tags")
+    sd = sub.add_parser(
+        "series-diff",
+        help="per-entry diff of the compose branches of two tags",
+        parents=[_shared("series", "repo", "json")],
+    )
     sd.add_argument("old", metavar="OLD_TAG")
     sd.add_argument("new", metavar="NEW_TAG")
-    sd.add_argument("--series", default=DEFAULTS["series"], type=Path)
-    sd.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
-    sd.add_argument("--json", type=Path, metavar="FILE")
     sd.add_argument("--no-interdiff", action="store_true")
 
-    ap = sub.add_parser("ampere-path", help="the DSA path of each release on CUDA and its sm_89+ kernels")
-    ap.add_argument("--onto", nargs="+", action="extend", required=True, metavar="TAG", help="one or more releases")
-    ap.add_argument("--series", default=DEFAULTS["series"], type=Path)
-    ap.add_argument("--repo", default=DEFAULTS["repo"], type=Path)
-    ap.add_argument("--write", type=Path, metavar="FILE", help="put the tables into FILE's marked section")
-    ap.add_argument("--json", type=Path, metavar="FILE", help="also write every release's path as JSON")
+    rv = sub.add_parser(
+        "review",
+        help="compose without publishing; list the relocated and merged landings, record approvals of them",
+        parents=[
+            _shared(
+                "series",
+                "repo",
+                "json",
+                "sources",
+                "cache",
+                "offline",
+                "quiet",
+                series="series folder (approvals: reviews.toml)",
+                json="also write the review as JSON",
+                offline="use only the cache and --sources for the PR diffs",
+            )
+        ],
+    )
+    rv.add_argument("--onto", required=True, metavar="TAG", help="release tag whose compose branch to review")
+    ga = rv.add_mutually_exclusive_group()
+    ga.add_argument("--approve", action="append", metavar="ID", help="approve this landing (<entry>:<path>#<hunk>)")
+    ga.add_argument("--approve-all", action="store_true", help="approve every unreviewed landing listed")
+    rv.add_argument("--by", help="with --approve: who read the landings")
+    rv.add_argument("--why", help="with --approve: why they are right")
 
-    ag = sub.add_parser("ampere-gate", help="derive a release's DSA-path Triton launches and compile them for sm_80/86")
+
+def _gate_parsers(sub) -> None:
+    """`ampere-path`, `ampere-gate`, `semantic-check`, `kernel-gate`: what a compose branch does on Ampere and to
+    the types."""
+    ap = sub.add_parser(
+        "ampere-path",
+        help="the DSA path of each release on CUDA and its sm_89+ kernels",
+        parents=[_shared("series", "repo", "json", json="also write every release's path as JSON")],
+    )
+    ap.add_argument("--onto", nargs="+", action="extend", required=True, metavar="TAG", help="one or more releases")
+    ap.add_argument("--write", type=Path, metavar="FILE", help="put the tables into FILE's marked section")
+
+    ag = sub.add_parser(
+        "ampere-gate",
+        help="derive a release's DSA-path Triton launches and compile them for sm_80/86",
+        parents=[
+            _shared(
+                "series",
+                "repo",
+                "json",
+                series="series folder (names the branch)",
+                json="also write the per-kernel results as JSON",
+            )
+        ],
+    )
     ag.add_argument("--onto", metavar="TAG", help="release tag: gate its compose branch (or, with --stock, the tag)")
-    ag.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
-    ag.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (names the branch)")
     ag.add_argument("--stock", action="store_true", help="gate the release tag itself, not its compose branch")
     ag.add_argument(
         "--tree",
@@ -187,75 +307,35 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write this run's launch counts as the release's coverage record (after review; see docs/ampere-path.md)",
     )
-    ag.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
+
     sc = sub.add_parser(
-        "semantic-check", help="type-check a compose branch against its release (ty) and name each new finding's entry"
+        "semantic-check",
+        help="type-check a compose branch against its release (ty) and name each new finding's entry",
+        parents=[
+            _shared(
+                "series",
+                "repo",
+                "json",
+                series="series folder (baseline and branch)",
+                json="also write the findings of every release as JSON",
+            )
+        ],
     )
     sc.add_argument("--onto", required=True, nargs="+", action="extend", metavar="TAG", help="one or more releases")
-    sc.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
-    sc.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (baseline and branch)")
     sc.add_argument("--python", type=Path, metavar="ENV", help="environment whose packages ty resolves (default: this)")
-    sc.add_argument("--json", type=Path, metavar="FILE", help="also write the findings of every release as JSON")
-    kg = sub.add_parser("kernel-gate", help="compile recorded Triton kernels (lab/recordings/) of a tree for sm_80/86")
+
+    kg = sub.add_parser(
+        "kernel-gate",
+        help="compile recorded Triton kernels (lab/recordings/) of a tree for sm_80/86",
+        parents=[_shared("json", json="also write the per-kernel results as JSON")],
+    )
     kg.add_argument("records", type=Path, help="a lab/recordings/*.json file of recorded launches")
     kg.add_argument("tree", type=Path, help="the folder that holds the vllm/ package of the tree to gate")
-    kg.add_argument("--json", type=Path, metavar="FILE", help="also write the per-kernel results as JSON")
-    rv = sub.add_parser(
-        "review", help="compose without publishing; list the relocated and merged landings, record approvals of them"
-    )
-    rv.add_argument("--onto", required=True, metavar="TAG", help="release tag whose compose branch to review")
-    rv.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
-    rv.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (approvals: reviews.toml)")
-    rv.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR")
-    rv.add_argument("--cache", type=Path, metavar="DIR")
-    rv.add_argument("--offline", action="store_true", help="use only the cache and --sources for the PR diffs")
-    ga = rv.add_mutually_exclusive_group()
-    ga.add_argument("--approve", action="append", metavar="ID", help="approve this landing (<entry>:<path>#<hunk>)")
-    ga.add_argument("--approve-all", action="store_true", help="approve every unreviewed landing listed")
-    rv.add_argument("--by", help="with --approve: who read the landings")
-    rv.add_argument("--why", help="with --approve: why they are right")
-    rv.add_argument("--json", type=Path, metavar="FILE", help="also write the review as JSON")
-    rv.add_argument("--quiet", "-q", action="store_true", help="no progress display")
-    _artifact_parsers(sub)
-    return p
-
-
-def no_import_smoke(parser) -> None:
-    """`--no-import-smoke`, the same for every command that runs the checks."""
-    parser.add_argument(
-        "--no-import-smoke",
-        action="store_true",
-        help="skip importing the changed modules (recorded in the report; without it the import smoke runs only "
-        "where the installed vLLM is the release composed, its kernels load and a CUDA driver is present, and is "
-        "skipped with the reason elsewhere)",
-    )
 
 
 def _artifact_parsers(sub) -> None:
     """`wheel`, `editable`, `image-overlay`: artifacts built from a compose (docs/install.md)."""
-
-    def branch_args(x) -> None:
-        x.add_argument("--onto", required=True, metavar="TAG", help="release tag whose compose branch to build from")
-        x.add_argument("--repo", default=DEFAULTS["repo"], type=Path, help="vLLM git repository (default: vllm)")
-        x.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
-        x.add_argument("--branch", help="compose branch (default: the series' compose-<PRs>-<TAG>)")
-        no_import_smoke(x)
-        no_ampere_gate(x)
-        allow_unreviewed(x)
-
-    def allow_unreviewed(x) -> None:
-        x.add_argument(
-            "--allow-unreviewed",
-            action="store_true",
-            help="build although relocated or merged landings have no approval for the release (recorded)",
-        )
-
-    def no_ampere_gate(x) -> None:
-        x.add_argument(
-            "--no-ampere-gate",
-            action="store_true",
-            help="build without the Ampere gate (the DSA kernels compiled for sm_80/86); recorded in the report",
-        )
+    branch = ("series", "repo", "no_import_smoke", "no_ampere_gate", "allow_unreviewed")
 
     def stock_args(x) -> None:
         x.add_argument(
@@ -274,40 +354,50 @@ def _artifact_parsers(sub) -> None:
         x.add_argument("--index-url", help="package index for the stock wheel (default: the one pip uses)")
         x.add_argument("--offline", action="store_true", help="use only the stock wheel already in the cache")
 
-    w = sub.add_parser("wheel", help="build the overlay wheel of a compose branch (no compiling)")
+    def branch_args(x) -> None:
+        x.add_argument("--onto", required=True, metavar="TAG", help="release tag whose compose branch to build from")
+        x.add_argument("--branch", help="compose branch (default: the series' compose-<PRs>-<TAG>)")
+        stock_args(x)
+
+    w = sub.add_parser(
+        "wheel",
+        help="build the overlay wheel of a compose branch (no compiling)",
+        parents=[_shared(*branch, "json", json="also write what was built as JSON")],
+    )
     branch_args(w)
-    stock_args(w)
     w.add_argument("--out", default=Path("dist"), type=Path, metavar="DIR", help="output folder (default: dist)")
     w.add_argument("--label", help="PEP 440 local label (default: compose.<PRs>.g<tree>)")
     w.add_argument("--verify", action="store_true", help="re-check every RECORD hash of the written wheel")
-    w.add_argument("--json", type=Path, metavar="FILE", help="also write what was built as JSON")
 
-    e = sub.add_parser("editable", help="pip install -e the composed tree over the precompiled stock wheel")
+    e = sub.add_parser(
+        "editable",
+        help="pip install -e the composed tree over the precompiled stock wheel",
+        parents=[_shared(*branch)],
+    )
     branch_args(e)
-    stock_args(e)
     e.add_argument("--run", action="store_true", help="run the install (default: print the command)")
     e.add_argument("--python", help="interpreter whose pip installs (default: this one)")
     e.add_argument("--no-build-isolation", action="store_true", help="build with the installed torch")
 
-    i = sub.add_parser("image-overlay", help="compose the series onto an installed vLLM (site-packages) in place")
+    i = sub.add_parser(
+        "image-overlay",
+        help="compose the series onto an installed vLLM (site-packages) in place",
+        parents=[_shared("series", "sources", "cache", "offline", *branch[2:], "json")],
+    )
     i.add_argument("--site-packages", required=True, type=Path, metavar="DIR", help="folder holding vllm/")
-    i.add_argument("--series", default=DEFAULTS["series"], type=Path)
-    i.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR")
-    i.add_argument("--cache", type=Path, metavar="DIR")
-    i.add_argument("--offline", action="store_true", help="use only the cache and --sources")
     i.add_argument("--onto", metavar="TAG", help="release tag (default: v + the installed vLLM version)")
-    no_import_smoke(i)
     i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
-    no_ampere_gate(i)
-    allow_unreviewed(i)
-    i.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
+
+def _pp_plan_parser(sub) -> None:
+    """`pp-plan`: a pipeline-parallel layer partition for a DSA model (docs/pp-plan.md)."""
     pl = sub.add_parser(
         "pp-plan",
         help="a VLLM_PP_LAYER_PARTITION for a DSA model: stages start on full (top-k) layers, bytes and KV per stage",
         description="Plan a pipeline-parallel layer partition for GLM-5.x / DeepSeek-V3.2 from config.json: each "
         "stage's weight bytes and the KV tokens it leaves, stages starting on layers that compute their own top-k "
         "where that costs at most --tolerance of the KV tokens, the last stage lighter by the MTP layer and heads.",
+        parents=[_shared("json", json="also write the plan as JSON ('-': print only JSON)")],
     )
     pl.add_argument("config", type=Path, help="the model's config.json (or its folder)")
     pl.add_argument("--pp", type=int, required=True, help="pipeline-parallel size")
@@ -339,16 +429,6 @@ def _artifact_parsers(sub) -> None:
         metavar="PCT",
         help="KV tokens a partition may give up to start more stages on full layers (default 5)",
     )
-    pl.add_argument("--json", type=Path, metavar="FILE", help="also write the plan as JSON ('-': print only JSON)")
-
-    _pr_bump_parser(sub)
-
-    s = sub.add_parser("audit-series", help="compose the series onto a release in a scratch repository (pre-commit)")
-    s.add_argument("--series", default=DEFAULTS["series"], type=Path)
-    s.add_argument("--onto", action="append", metavar="TAG", help="release tag to compose onto (repeatable)")
-    s.add_argument("--sources", type=Path, metavar="DIR")
-    s.add_argument("--cache", type=Path, metavar="DIR")
-    s.add_argument("--offline", action="store_true")
 
 
 def _pr_bump_parser(sub) -> None:
@@ -356,6 +436,17 @@ def _pr_bump_parser(sub) -> None:
     b = sub.add_parser(
         "pr-bump",
         help="move a PR entry to a new revision (or a takeover PR): compose every release with it, show what changes",
+        parents=[
+            _shared(
+                "series",
+                "sources",
+                "cache",
+                "offline",
+                "no_import_smoke",
+                "json",
+                no_import_smoke="skip importing the changed modules",
+            )
+        ],
     )
     b.add_argument("entry", metavar="ENTRY", help="the PR entry's id in series.toml, e.g. pr38476")
     b.add_argument("--to", required=True, metavar="FILE_OR_URL", help="the new revision's diff: a file or a URL")
@@ -367,14 +458,8 @@ def _pr_bump_parser(sub) -> None:
     b.add_argument("--pr", type=int, metavar="N", help="a takeover PR's number (default: the entry's)")
     b.add_argument("--pr-url", help="the takeover PR's URL (default: the entry's pr_url with the number replaced)")
     b.add_argument("--paths", nargs="+", metavar="GLOB", help="keep these files of the diff (default: the entry's)")
-    b.add_argument("--series", default=DEFAULTS["series"], type=Path, help="series folder (default: series)")
     b.add_argument("--repo", type=Path, metavar="DIR", help="compose in DIR (objects, tags; default: a scratch one)")
-    b.add_argument("--sources", type=Path, metavar="DIR", help="seed the cache with the files in DIR")
-    b.add_argument("--cache", type=Path, metavar="DIR")
-    b.add_argument("--offline", action="store_true", help="use only the cache and --sources")
-    b.add_argument("--no-import-smoke", action="store_true", help="skip importing the changed modules")
     b.add_argument("--write", action="store_true", help="update series.toml when every release composes cleanly")
-    b.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -387,23 +472,23 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.USAGE)
     try:
         handler = {
-            "rebase": _rebase,
-            "apply": _apply,
-            "check-fuzz": _check_fuzz,
-            "validate": _validate,
-            "status": _status,
-            "series-diff": _series_diff,
-            "ampere-path": _ampere_path,
-            "ampere-gate": _ampere_gate,
-            "kernel-gate": _kernel_gate,
-            "semantic-check": _semantic_check,
-            "review": _review,
-            "wheel": _wheel,
-            "editable": _editable,
-            "image-overlay": _image_overlay,
-            "audit-series": _audit_series,
-            "pp-plan": _pp_plan,
-            "pr-bump": _pr_bump,
+            "rebase": commands.rebase,
+            "apply": commands.apply,
+            "check-fuzz": commands.check_fuzz,
+            "validate": commands.validate,
+            "status": commands.status,
+            "series-diff": commands.series_diff,
+            "ampere-path": commands.ampere_path,
+            "ampere-gate": commands.ampere_gate,
+            "kernel-gate": commands.kernel_gate,
+            "semantic-check": commands.semantic_check,
+            "review": commands.review,
+            "wheel": commands.wheel,
+            "editable": commands.editable,
+            "image-overlay": commands.image_overlay,
+            "audit-series": commands.audit_series,
+            "pp-plan": commands.pp_plan,
+            "pr-bump": commands.pr_bump,
         }
         return int(handler[args.command](args))
     except ComposeError as exc:
@@ -412,533 +497,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: no branch or ref was written", file=sys.stderr)
         return 130
-
-
-def _cache(args):
-    from .cache import Cache, seed_cache
-
-    cache = Cache(args.cache) if getattr(args, "cache", None) else Cache()
-    if getattr(args, "sources", None):
-        if not args.sources.is_dir():
-            raise ComposeError(f"--sources {args.sources} is not a directory", hint="pass a folder of files")
-        seed_cache(args.sources, cache)
-    return cache
-
-
-def _rebase(args) -> int:
-    from . import checkout, compose
-    from .report import render_compose, write_json
-    from .results import ComposeStatus
-
-    if args.abort:
-        print(compose.abort(args.repo))
-        return ExitCode.OK
-    if not args.onto and not args.resume:
-        raise CommandLineError("--onto TAG is required (or --continue, --abort)", hint="e.g. --onto v0.26.0")
-    if args.message and not args.resume:
-        raise CommandLineError("--message goes with --continue")
-    options = compose.ComposeOptions(
-        offline=args.offline,
-        worktree=args.worktree,
-        accept_check_failures=args.accept_check_failures,
-        allow_dirty=args.allow_dirty,
-        force=args.force,
-        run_checks=not args.no_checks,
-        import_smoke=not args.no_import_smoke,
-        init=args.init,
-        allow_unreviewed=args.allow_unreviewed,
-    )
-    branch = _branch_to_release(args)
-    with _progress(args.quiet) as progress, checkout.released(args.repo, branch) if branch else _nothing() as before:
-        composer = compose.Composer(args.series, args.repo, _cache(args), options, progress)
-        if args.resume:
-            result = compose.resume(args.series, args.repo, composer, args.message)
-        else:
-            result = composer.run(args.onto)
-    print(render_compose(result), end="")
-    if result.status is ComposeStatus.COMPOSED and not args.no_checkout:
-        print(checkout.check_out_compose(args.repo, result.branch, before).message)
-    if args.json:
-        write_json(args.json, result.to_json())
-    return result.exit_code
-
-
-def _branch_to_release(args) -> str | None:
-    """The compose branch `rebase --onto` rewrites, when checking it out afterwards is wanted (`checkout.released`)."""
-    from .series import load_series
-
-    if args.no_checkout or args.resume or not args.repo.is_dir():
-        return None
-    return load_series(args.series).branch_name(args.onto)
-
-
-@contextlib.contextmanager
-def _nothing():
-    yield None
-
-
-def _load_patches(args):
-    from .patchfile import parse_patch
-
-    patches = []
-    for path in args.patch:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ComposeError(f"cannot read {path}: {exc.strerror}", file=str(path), hint="check the path") from None
-        patches.append(parse_patch(data, name=path.name, strip=args.strip))
-    return patches
-
-
-def _series_patches(args):
-    """The patches of a series folder's entries for `--onto` (all entries without it), fetched via the cache."""
-    from .patchfile import parse_patch
-    from .series import load_series
-    from .sources import fetch_entry_patch
-
-    series = load_series(args.series)
-    cache = _cache(args)
-    entries = series.entries_for(args.onto) if args.onto else series.entries
-    patches = []
-    for e in entries:
-        if e.patch is not None:
-            patches.append(e.patch)
-            continue
-        data = fetch_entry_patch(e, cache, offline=args.offline)
-        patches.append(parse_patch(data, name=e.id, strip=e.source.strip if e.source else 1))
-    return patches
-
-
-def _apply(args) -> int:
-    from .apply import apply_patches
-    from .report import render_apply, write_json
-
-    patches = _series_patches(args) if args.series else _load_patches(args)
-    result = apply_patches(args.to, patches, dry_run=args.dry_run, markers=args.markers)
-    print(render_apply(result, dry_run=args.dry_run), end="")
-    if args.json:
-        write_json(args.json, result.to_json())
-    return result.exit_code
-
-
-def _tree(spec: str, repo_dir: Path | None):
-    from .trees import DirTree, GitTree
-
-    if repo_dir is None:
-        return DirTree(spec)
-    from . import gitstore
-
-    repo = gitstore.open_or_init_repo(repo_dir, create=False)
-    return GitTree.from_revision(repo, spec)
-
-
-def _check_fuzz(args) -> int:
-    from .audit import audit
-    from .report import render_audit, write_json
-
-    patches = _load_patches(argparse.Namespace(patch=args.patches, strip=args.strip))
-    report = audit(_tree(args.stock, args.repo), _tree(args.patched, args.repo), patches)
-    print(render_audit(report), end="" if render_audit(report).endswith("\n") else "\n")
-    if args.json:
-        write_json(args.json, report.to_json())
-    return ExitCode.OK if report.ok else ExitCode.CONFLICT
-
-
-def _validate(args) -> int:
-    from .report import render_validate
-    from .validate import validate_series
-
-    checked = validate_series(args.series, _cache(args))
-    print(render_validate(checked), end="")
-    return ExitCode.OK
-
-
-def _stock_wheel(args, version: str, progress=None) -> Path:
-    """`--stock-wheel`, or the release's stock wheel from the wheel cache (downloaded, sha256-checked, when absent)."""
-    from .artifacts.wheel import fetch_stock_wheel
-    from .cache import Cache
-
-    if args.stock_wheel:
-        return args.stock_wheel
-    cache = Cache(args.wheel_cache) if args.wheel_cache else Cache()
-    return fetch_stock_wheel(version, cache, index_url=args.index_url, progress=progress, offline=args.offline)
-
-
-def _wheel(args) -> int:
-    from .artifacts import branch as branch_mod
-    from .artifacts.wheel import build_overlay_wheel, verify_wheel
-    from .report import render_wheel, write_json
-
-    branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
-    review = _require_reviewed(branch, args, "wheel")
-    checks = branch_mod.gate(branch, import_smoke=not args.no_import_smoke)
-    ampere = _ampere_gate_of(branch, args)
-    with _progress(False) as progress:
-        stock = _stock_wheel(args, branch.version, progress)
-    out = build_overlay_wheel(stock, branch.composed_tree(), branch.changed, args.label or branch.label, args.out)
-    checked = verify_wheel(out) if args.verify else None
-    print(render_wheel(branch, stock, checks, ampere, review, checked, out), end="")
-    if args.json:
-        data = {
-            "wheel": str(out),
-            "stock_wheel": str(stock),
-            "branch": branch.to_json(),
-            "checks": checks.to_json(),
-            "ampere_gate": ampere.to_json() if ampere else {"skipped": "--no-ampere-gate"},
-            "review": review.to_json(),
-        }
-        write_json(args.json, data)
-    return ExitCode.OK
-
-
-def _require_reviewed(branch, args, action: str):
-    """The branch's review; refuses (exit 2) while a landing is unreviewed, unless --allow-unreviewed (recorded)."""
-    from .artifacts import branch as branch_mod
-    from .review import require_reviewed
-
-    review = branch_mod.review(branch, args.series)
-    require_reviewed(review, action, args.allow_unreviewed)
-    return review
-
-
-def _review(args) -> int:
-    from . import compose
-    from .report import render_review, write_json
-    from .review import record_approvals
-
-    if (args.approve or args.approve_all) and not (args.by and args.why):
-        raise CommandLineError(
-            "--approve and --approve-all need --by NAME and --why TEXT", hint="say who read it and why"
-        )
-    if (args.by or args.why) and not (args.approve or args.approve_all):
-        raise CommandLineError("--by and --why go with --approve ID or --approve-all")
-    options = compose.ComposeOptions(
-        offline=args.offline, keep_state=False, run_checks=False, publish=False, allow_unreviewed=True
-    )
-    with _progress(args.quiet) as progress:
-        review = compose.review(args.series, args.repo, args.onto, _cache(args), options, progress)
-    if args.approve or args.approve_all:
-        chosen = [x.landing for x in review.unreviewed]
-        if args.approve:
-            known = {x.landing.id: x.landing for x in review.items}
-            unknown = [i for i in args.approve if i not in known]
-            if unknown:
-                raise ComposeError(
-                    f"{', '.join(unknown)}: no relocated or merged landing of the compose onto {args.onto} has this id",
-                    tag=args.onto,
-                    hint=f"the ids are listed by `vllm-compose review --onto {args.onto}`",
-                )
-            chosen = [known[i] for i in args.approve]
-        written = record_approvals(args.series, args.onto, chosen, args.by, args.why)
-        print(f"recorded {len(written)} approvals in {args.series / 'reviews.toml'}")
-        recorded = {(a.hunk, a.landing): a for a in written}
-        for x in review.items:
-            x.approval = x.approval or recorded.get((x.landing.id, x.landing.digest))
-    print(render_review(review), end="")
-    if args.json:
-        write_json(args.json, review.to_json())
-    return ExitCode.CONFLICT if review.stopped else ExitCode.OK
-
-
-def _ampere_gate_of(branch, args):
-    """The Ampere gate's passing report for an artifact of `branch` (it refuses otherwise), or None when skipped."""
-    from .artifacts import branch as branch_mod
-
-    return None if args.no_ampere_gate else branch_mod.ampere_gate(branch)
-
-
-def _editable(args) -> int:
-    import os
-    import subprocess
-
-    from .artifacts import branch as branch_mod
-    from .artifacts.editable import editable_install
-    from .report import ampere_summary, checks_line, render_review_line
-
-    branch = branch_mod.open_branch(args.repo, args.series, args.onto, args.branch)
-    review = _require_reviewed(branch, args, "editable")
-    print(checks_line(branch_mod.gate(branch, import_smoke=not args.no_import_smoke)))
-    print(f"ampere gate: {ampere_summary(_ampere_gate_of(branch, args))}")
-    print(render_review_line(review))
-    branch_mod.require_checked_out(branch, args.repo)
-    with _progress(False) as progress:
-        stock = _stock_wheel(args, branch.version, progress)
-    install = editable_install(
-        args.repo, stock, branch.label, python=args.python, build_isolation=not args.no_build_isolation
-    )
-    if not install.version_labelled:
-        print(
-            f"warning: {args.repo}/setup.py does not read VLLM_VERSION_OVERRIDE; the install will not say "
-            f"{install.version}",
-            file=sys.stderr,
-        )
-    print(install.shell())
-    if not args.run:
-        return ExitCode.OK
-    done = subprocess.run(install.argv, env={**os.environ, **install.env}, check=False)
-    if done.returncode != 0:
-        raise ComposeError(
-            f"pip install -e {args.repo} failed (exit {done.returncode})",
-            hint="read pip's output above; the command is printed above to rerun by hand",
-        )
-    print(f"installed vllm {install.version} (editable, precompiled kernels from {stock.name})")
-    return ExitCode.OK
-
-
-def _image_overlay(args) -> int:
-    from .artifacts.image import overlay_site_packages
-    from .report import render_image_overlay, write_json
-
-    result = overlay_site_packages(
-        args.site_packages,
-        args.series,
-        _cache(args),
-        tag=args.onto,
-        offline=args.offline,
-        import_smoke=not args.no_import_smoke,
-        dry_run=args.dry_run,
-        ampere_gate=not args.no_ampere_gate,
-        allow_unreviewed=args.allow_unreviewed,
-    )
-    print(render_image_overlay(result), end="")
-    if args.json:
-        write_json(args.json, result.to_json())
-    return result.exit_code
-
-
-def _status(args) -> int:
-    from . import compose
-    from .report import render_status, smoke_skipped, write_json
-    from .results import ComposeStatus
-    from .series import version_of_tag
-    from .status import ReleaseStatus, write_marked_section
-    from .validation import ampere_gate, topk_relay
-    from .validation.gpu_evidence import collect_gpu_evidence
-
-    cache = _cache(args)
-    options = compose.ComposeOptions(
-        offline=args.offline, keep_state=False, init=args.init, import_smoke=not args.no_import_smoke
-    )
-    gpu = collect_gpu_evidence(args.gpu_results)
-    unavailable = None
-    if not args.no_ampere_gate:
-        from .validation.gate_env import GateEnvironmentError
-
-        try:
-            ampere_gate.prepare_environment(_say)
-        except GateEnvironmentError as exc:
-            unavailable = exc.message
-    rows = []
-    for tag in args.onto:
-        result = compose.Composer(args.series, args.repo, cache, options).run(tag)
-        row = ReleaseStatus(result, gpu=gpu.get(str(version_of_tag(tag))))
-        if args.no_ampere_gate or unavailable:
-            row.gate = row.stock_gate = "--no-ampere-gate" if args.no_ampere_gate else unavailable
-        else:
-            row.gate = (
-                ampere_gate.gate_release(args.repo, args.series, tag)
-                if result.status is ComposeStatus.COMPOSED
-                else None
-            )
-            row.stock_gate = ampere_gate.gate_release(args.repo, args.series, tag, stock=True)
-        row.topk_relay, row.stock_topk_relay = topk_relay.branch_crossings(
-            args.repo, args.series, tag, composed=result.status is ComposeStatus.COMPOSED
-        )
-        rows.append(row)
-        skipped = smoke_skipped(result.final_checks)
-        print(f"{tag}: {result.status}" + (f" (import smoke skipped: {skipped})" if skipped else ""), flush=True)
-        if args.json_dir:
-            write_json(args.json_dir / f"{tag}.json", result.to_json())
-    table = render_status(rows)
-    print(table, end="")
-    if args.write:
-        write_marked_section(args.write, table)
-    return ExitCode.OK if all(r.compose.status == ComposeStatus.COMPOSED for r in rows) else ExitCode.CONFLICT
-
-
-def _ampere_path(args) -> int:
-    from .artifacts.branch import open_branch
-    from .report import write_json
-    from .status import write_marked_section
-    from .validation import dsa_path
-
-    paths = []
-    for tag in args.onto:
-        branch = open_branch(args.repo, args.series, tag)
-        paths.append(dsa_path.ampere_path(branch.composed_tree(), branch.release_tree(), tag))
-    text = dsa_path.render_ampere_path(paths)
-    print(text, end="")
-    if args.write:
-        write_marked_section(args.write, text, dsa_path.BEGIN, dsa_path.END)
-    if args.json:
-        write_json(args.json, {"releases": [p.to_json() for p in paths]})
-    return ExitCode.OK
-
-
-def _say(line: str) -> None:
-    """A progress line of a long step (the gate's environment being built), on stderr."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def _ampere_gate(args) -> int:
-    from .validation.ampere_gate import gate_release, render, write_report
-
-    report = gate_release(
-        args.repo, args.series, args.onto, stock=args.stock, tree=args.tree, record=args.record_coverage, progress=_say
-    )
-    print(render(report), end="")
-    if args.json:
-        write_report(args.json, report)
-    return ExitCode.OK if report.ok else ExitCode.CONFLICT
-
-
-def _kernel_gate(args) -> int:
-    from .report import write_json
-    from .validation.kernel_gate import load_records, render_results, run_gate
-
-    results = run_gate(load_records(args.records), args.tree)
-    print(render_results(results), end="")
-    if args.json:
-        write_json(args.json, [r.to_dict() for r in results])
-    return ExitCode.OK if all(r.ok for r in results) else ExitCode.CONFLICT
-
-
-def _semantic_check(args) -> int:
-    from .report import write_json
-    from .semantic import check_branch
-
-    reports = []
-    for tag in args.onto:  # each release's findings as soon as it is checked (1-2 min each)
-        reports.append(check_branch(args.repo, args.series, tag, args.python))
-        print("\n".join(reports[-1].lines()), flush=True)
-    if args.json:
-        write_json(args.json, {r.label: r.to_json() for r in reports})
-    return ExitCode.OK if all(r.ok for r in reports) else ExitCode.REFUSED
-
-
-def _series_diff(args) -> int:
-    from . import gitstore
-    from .report import render_series_diff, write_json
-    from .series import load_series
-    from .series_diff import series_diff
-
-    series = load_series(args.series)
-    repo = gitstore.open_or_init_repo(args.repo, create=False)
-    d = series_diff(repo, (series.branch_name(args.old), args.old), (series.branch_name(args.new), args.new))
-    print(render_series_diff(d, show_interdiff=not args.no_interdiff), end="")
-    if args.json:
-        write_json(args.json, d.to_json())
-    return ExitCode.OK
-
-
-def _audit_series(args) -> int:
-    import tempfile
-
-    from . import compose
-    from .report import render_compose
-
-    if not args.onto:
-        raise CommandLineError("--onto TAG is required", hint="e.g. args: [--onto, v0.26.0] in .pre-commit-config.yaml")
-    worst = ExitCode.OK
-    for tag in args.onto:
-        with tempfile.TemporaryDirectory(prefix="vllm-compose-audit-") as tmp:
-            options = compose.ComposeOptions(
-                offline=args.offline, import_smoke=False, worktree=Path(tmp) / "conflict", init=True
-            )
-            result = compose.Composer(args.series, Path(tmp) / "repo", _cache(args), options).run(tag)
-        print(render_compose(result), end="")
-        worst = max(worst, result.exit_code)
-    return worst
-
-
-def _pp_plan(args) -> int:
-    import json
-
-    from . import pp_plan
-    from .report import write_json
-
-    settings = pp_plan.Settings(
-        pp=args.pp,
-        gpu_memory_gib=args.gpu_memory,
-        mtp=args.mtp,
-        bits=args.bits,
-        mtp_bits=args.mtp_bits,
-        group_size=args.group_size,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
-        block_size=args.block_size,
-        kv_cache_dtype=args.kv_cache_dtype,
-        tolerance=args.tolerance / 100,
-    )
-    result = pp_plan.plan(pp_plan.read_config(args.config), settings)
-    if args.json is not None and str(args.json) == "-":
-        print(json.dumps(result.to_json(), indent=2))
-        return ExitCode.OK
-    print(pp_plan.render_plan(result), end="")
-    if args.json:
-        write_json(args.json, result.to_json())
-    return ExitCode.OK
-
-
-def _pr_bump(args) -> int:
-    from .pr_bump import BumpRequest, bump, write_bump
-    from .report import render_pr_bump, write_json
-
-    request = BumpRequest(
-        series_dir=args.series,
-        entry=args.entry,
-        to=args.to,
-        tags=args.onto,
-        sha256=args.sha256,
-        url=args.url,
-        revision=args.revision,
-        origin=args.origin,
-        pr=args.pr,
-        pr_url=args.pr_url,
-        paths=tuple(args.paths) if args.paths else None,
-        repo_dir=args.repo,
-        offline=args.offline,
-        import_smoke=not args.no_import_smoke,
-    )
-    report = bump(request, _cache(args))
-    if args.json:
-        write_json(args.json, report.to_json())
-    print(render_pr_bump(report, write=args.write), end="")
-    if args.write:  # refuses a report that is not clean: nothing is written then
-        for path in write_bump(report):
-            print(f"wrote {path}" if path.exists() else f"removed {path}")
-    return ExitCode.OK if report.clean else ExitCode.CONFLICT
-
-
-class _progress:
-    """A rich progress display for downloads and imports, or a silent callback."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet or not sys.stderr.isatty()
-        self._bar = None
-        self._tasks: dict[str, int] = {}
-
-    def __enter__(self):
-        if self.quiet:
-            return None
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self._bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True
-        )
-        self._bar.start()
-        return self._update
-
-    def _update(self, event: str, done: int, total: int | None) -> None:
-        if event not in self._tasks:
-            self._tasks[event] = self._bar.add_task(event, total=total)
-        self._bar.update(self._tasks[event], completed=done, total=total)
-
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 if __name__ == "__main__":  # pragma: no cover

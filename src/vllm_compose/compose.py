@@ -14,7 +14,7 @@
 6b. review    — the relocated and merged landings against the approvals in `series/reviews.toml` (`review`):
                 unreviewed ones are reported; those of a fix outside its `written_for` refuse the branch.
 7. build setup — the branch's last commit, not an entry: `pip install -e` builds over the release's precompiled
-                stock wheel (`artifacts.precompiled`).
+                stock wheel (`precompiled`).
 8. publish    — only when every entry composed and the audit and checks are clean: move the branch ref with a
                 compare-and-swap. A failed or interrupted run leaves no half-written branch.
 
@@ -37,8 +37,10 @@ import pygit2
 from . import checks, conflict, gitstore
 from .audit import audit
 from .cache import Cache
+from .composed_branch import compose_label
 from .errors import RefusedError, RepositoryError, SeriesError
 from .patchfile import Patch
+from .precompiled import build_commit
 from .progress import ProgressCallback
 from .releases import ensure_release
 from .replay import EntryReplay, carried_hunks, commit_entry, placed_only, replay_entry
@@ -415,12 +417,9 @@ class Composer:
 
     def _build_setup(self) -> None:
         """End the branch with the commit that makes `pip install -e` build over the release's precompiled stock
-        wheel (`artifacts.precompiled`): after the audited and checked entries, and not one of them."""
+        wheel (`precompiled`): after the audited and checked entries, and not one of them."""
         if not self.options.build_setup:
             return
-        from .artifacts.branch import compose_label
-        from .artifacts.precompiled import build_commit
-
         label = compose_label(self.repo, self.base, self.head, self.result.branch, self.tag)
         setup = build_commit(self.repo, self.series_dir, self.head, self.tag, label, self.base.committer.time)
         self.result.build_setup = setup

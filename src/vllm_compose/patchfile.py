@@ -15,9 +15,9 @@ import email.parser
 import email.policy
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
-from .errors import PatchFormatError
+from .errors import ComposeError, PatchFormatError
 
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*?)\r?$")
 _DIFF_GIT = re.compile(rb"^diff --git (\S+) (\S+)\r?$")
@@ -517,3 +517,16 @@ def format_patch(subject: str, body: str, author: str, date: str, diff: str) -> 
         f"From: {author}\nDate: {date}\nSubject: [PATCH] {subject}\n\n{body.strip()}\n---\n{diff}"
         "-- \nvllm-compose\n"
     )
+
+
+def read_patch_files(paths: list[Path], strip: int = 1) -> list[Patch]:
+    """The patch files `paths` (`apply --patch`, `check-fuzz`), parsed in order; `ComposeError` for one that cannot
+    be read."""
+    patches = []
+    for path in paths:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ComposeError(f"cannot read {path}: {exc.strerror}", file=str(path), hint="check the path") from None
+        patches.append(parse_patch(data, name=Path(path).name, strip=strip))
+    return patches

@@ -183,7 +183,7 @@ class EntryOutcome:
 
 @dataclass
 class BuildSetup:
-    """The build-setup commit a compose ends its branch with (`artifacts.precompiled`), or why there is none."""
+    """The build-setup commit a compose ends its branch with (`precompiled`), or why there is none."""
 
     #: the commit id; None when the release got no build setup (then `message` says why)
     commit: str | None

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .atomicfile import write_atomically
-from .errors import RefusedError, SeriesError
+from .errors import ComposeError, RefusedError, SeriesError
 from .patchfile import Hunk, Patch, decode_text, split_lines
 from .placement import FilePlacement, Verdict
 from .series import Entry, parse_hunk_id, version_of_tag
@@ -264,6 +264,27 @@ _HEADER = (
     "# Approved landings: hunks that did not land exact or offset, approved for one release, by whom and why.\n"
     "# Written by `vllm-compose review --approve`; docs/review.md says what an approval covers.\n"
 )
+
+
+def approve(review: Review, series_dir: Path, ids: list[str] | None, by: str, why: str) -> list[Approval]:
+    """Record approvals of the landings `ids` names (every unreviewed one when `ids` is None) in `reviews.toml` and
+    show them on `review`; returns the approvals written. `ComposeError` for an id no landing of `review` has."""
+    chosen = [x.landing for x in review.unreviewed]
+    if ids:
+        known = {x.landing.id: x.landing for x in review.items}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise ComposeError(
+                f"{', '.join(unknown)}: no relocated or merged landing of the compose onto {review.tag} has this id",
+                tag=review.tag,
+                hint=f"the ids are listed by `vllm-compose review --onto {review.tag}`",
+            )
+        chosen = [known[i] for i in ids]
+    written = record_approvals(series_dir, review.tag, chosen, by, why)
+    recorded = {(a.hunk, a.landing): a for a in written}
+    for x in review.items:
+        x.approval = x.approval or recorded.get((x.landing.id, x.landing.digest))
+    return written
 
 
 def _toml_string(value: str) -> str:

@@ -298,7 +298,7 @@ def _attribute(runner: _TreeRunner, release, commits: list, wanted: list[Diagnos
 def check_branch(repo_dir: Path, series_dir: Path, tag: str, python_env: Path | None = None) -> SemanticReport:
     """The semantic findings of `tag`'s compose branch against the tag, each attributed and matched against the
     baseline. Raises SemanticUnavailable without ty, ComposeError for a missing branch or tag."""
-    from .artifacts.branch import open_branch
+    from .composed_branch import open_branch
     from .series import version_of_tag
 
     ty_command()

@@ -77,7 +77,7 @@ def entry_commits(repo: pygit2.Repository, branch: str, base: str) -> list[tuple
         raise RepositoryError(f"{base} not found", hint="compose both tags first")
     out = []
     commit = tip
-    if trailers.BUILD_SETUP in commit.message and commit.parents:  # the build setup (artifacts.precompiled): no entry
+    if trailers.BUILD_SETUP in commit.message and commit.parents:  # the build setup (precompiled): no entry
         commit = commit.parents[0]
     while commit.id != stop.id:
         m = trailers.ENTRY.search(commit.message)

@@ -21,7 +21,7 @@ from .errors import ComposeError, SourceError
 from .index import download, seeded_mismatch
 from .patchfile import Patch, parse_patch
 from .progress import ProgressCallback
-from .series import Entry
+from .series import Entry, Series
 
 
 def fetch_entry_patch(
@@ -198,3 +198,10 @@ def entry_patch(
     except ComposeError as exc:
         exc.entry = entry.id
         raise
+
+
+def series_patches(series: Series, tag: str | None, cache: Cache, offline: bool = False) -> list[Patch]:
+    """The patches of the series' entries for release `tag` (every entry when None), fetched through the cache:
+    what `apply --series` lays onto a plain folder."""
+    entries = series.entries_for(tag) if tag else series.entries
+    return [entry_patch(e, cache, offline=offline) for e in entries]

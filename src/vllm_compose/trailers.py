@@ -1,6 +1,6 @@
 """The trailers of a composed commit: how a compose commit says which entry it holds and that this tool wrote it.
 
-`replay` writes them at the end of every entry commit's message; `artifacts.branch` (which PRs a branch holds, for
+`replay` writes them at the end of every entry commit's message; `composed_branch` (which PRs a branch holds, for
 version labels) and `series_diff` (which commit is which entry) read them back. One place, so that writer and readers
 cannot drift apart. Kept free of imports so that readers stay light.
 """
@@ -15,7 +15,7 @@ COMPOSED_BY = "Composed-By: vllm-compose"
 ENTRY = re.compile(r"^Series-Entry:\s*(\S+)\s*$", re.M)
 #: `Upstream-PR: <url or number>`: the upstream PR an entry carries (group 1: its number)
 UPSTREAM_PR = re.compile(r"^Upstream-PR:\s*(?:.*/)?(\d+)\s*$", re.M)
-#: the last commit of a compose branch, written after the entries (`artifacts.precompiled`): not an entry
+#: the last commit of a compose branch, written after the entries (`precompiled`): not an entry
 BUILD_SETUP = "Build-Setup: precompiled-stock-wheel"
 #: `Review-Landing: <path>#<hunk> <verdict> <first>-<last> <digest>`: a hunk of the entry that landed relocated or
 #: merged, for a person to review (`review`)

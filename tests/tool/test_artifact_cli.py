@@ -64,7 +64,7 @@ def test_wheel_from_compose_branch(composed, capsys) -> None:
 
 
 def test_label_is_stable_and_changes_with_the_series(composed, tmp_path) -> None:
-    from vllm_compose.artifacts.branch import open_branch
+    from vllm_compose.composed_branch import open_branch
 
     first = open_branch(composed["repo"], composed["series"], toy.TAG).label
     assert first == open_branch(composed["repo"], composed["series"], toy.TAG).label

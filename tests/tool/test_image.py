@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import toy_vllm as toy
 
-from vllm_compose.artifacts import image as image_mod
+from vllm_compose.artifacts import clearance as clearance_mod
 from vllm_compose.artifacts.wheel import record_hash
 from vllm_compose.checks import FAIL, CheckReport, CheckResult, Finding
 from vllm_compose.cli import main
@@ -103,7 +103,7 @@ def test_failed_verification_restores_stock_files(toy_image, monkeypatch, capsys
         finding = Finding("import-smoke", "error", "vllm/runner.py", None, "ImportError: simulated")
         return CheckReport(None, [CheckResult("import-smoke", FAIL, [finding])])
 
-    monkeypatch.setattr(image_mod, "run_checks", failing)
+    monkeypatch.setattr(clearance_mod, "run_checks", failing)  # the image's checks step (artifacts/clearance.py)
     before = toy.snapshot(toy_image["site"])
     assert overlay(toy_image) == 2
     assert "restored" in capsys.readouterr().out

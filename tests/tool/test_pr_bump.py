@@ -33,8 +33,9 @@ from vllm_compose.cache import Cache
 from vllm_compose.cli import main
 from vllm_compose.errors import SeriesError
 from vllm_compose.patchfile import parse_patch
-from vllm_compose.pr_bump import HunkChange, match_hunks, rewrite_series_text
+from vllm_compose.pr_bump import HunkChange, match_hunks
 from vllm_compose.series import load_series
+from vllm_compose.series_text import rewrite_series_text
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "pr-bump"
 UPDATE = os.environ.get("VC_UPDATE_GOLDEN") == "1"

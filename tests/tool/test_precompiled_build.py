@@ -1,6 +1,6 @@
 """`pip install -e vllm/` on a compose branch, as written: the branch's last commit makes the build take the compiled
 kernels from the release's stock wheel (sha256-checked) and label the version, and the build's outputs leave the
-worktree clean, so the next `rebase` works (artifacts/precompiled.py, artifacts/precompiled_hook.py).
+worktree clean, so the next `rebase` works (precompiled.py, precompiled_hook.py).
 
 The release is a toy vLLM whose setup.py does what vLLM's does at the points that matter: it loads modules with
 `load_module_from_path`, fails like a CUDA build on a machine without CUDA unless `VLLM_USE_PRECOMPILED` is set,
@@ -23,8 +23,8 @@ import pygit2
 import pytest
 from toy_compose import MOD_V1, commit_tag, compose, git
 
-from vllm_compose.artifacts import precompiled, precompiled_hook
-from vllm_compose.artifacts.branch import open_branch
+from vllm_compose import precompiled, precompiled_hook
+from vllm_compose.composed_branch import open_branch
 from vllm_compose.series_diff import entry_commits
 
 BRANCH = "compose-101-v1.0.0"

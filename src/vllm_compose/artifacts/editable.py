@@ -18,12 +18,18 @@ Side effects the caller should know: setuptools-scm writes `vllm/_version.py` an
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ComposeError
+import pygit2
+
+from .. import gitstore
+from ..composed_branch import ComposedBranch
+from ..errors import ComposeError, RepositoryError
 from ..trees import DirTree
 from .wheel import overlay_version, split_wheel_name, tree_release
 
@@ -110,6 +116,37 @@ def editable_install(
     setup_text = setup_py.read_text(encoding="utf-8", errors="replace")
     honoured = [name for name in PRECOMPILED_ENV if name in setup_text or _reads_via_envs(name, source_dir)]
     return EditableInstall(argv=argv, env=env, version=version, honoured=honoured)
+
+
+def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:
+    """Refuse unless `worktree` (the repository's work tree) holds exactly the branch's tree.
+
+    `pip install -e` builds from the files on disk, so they must be the composed ones. Untracked files are allowed:
+    the precompiled build writes `.so` files and `vllm/_version.py` there.
+    """
+    repo = branch.repo
+    if repo.is_bare or repo.head_is_unborn or repo.head.peel(pygit2.Commit).tree.id != branch.tip.tree.id:
+        raise RepositoryError(
+            f"{worktree} does not have {branch.branch} checked out",
+            tag=branch.tag,
+            hint=f"git -C {worktree} checkout {branch.branch}",
+        )
+    if gitstore.is_dirty(repo):
+        raise RepositoryError(
+            f"{worktree} has local changes to tracked files",
+            tag=branch.tag,
+            hint="commit them as a series entry, or `git checkout .` them away, then run again",
+        )
+
+
+def run_install(install: EditableInstall, source_dir: Path) -> None:
+    """Run `install` (pip's output goes to the terminal); `ComposeError` when pip fails."""
+    done = subprocess.run(install.argv, env={**os.environ, **install.env}, check=False)
+    if done.returncode != 0:
+        raise ComposeError(
+            f"pip install -e {source_dir} failed (exit {done.returncode})",
+            hint="read pip's output above; the command is printed above to rerun by hand",
+        )
 
 
 def _base(version: str) -> str:

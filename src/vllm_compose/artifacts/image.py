@@ -16,7 +16,7 @@ which calls `overlay_site_packages`. The steps, in order:
                import smoke with the image's own torch). A failure restores the stock files and refuses (exit 2).
 5. relabel   — the installed distribution says what it is: `vllm/_version.py`, `METADATA`, the `.dist-info` folder
                name and `RECORD` (new hashes for the changed files) carry `X.Y.Z+compose.<PRs>.g<digest>`, the same
-               label the overlay wheel of the same compose gets (`branch.overlay_digest`).
+               label the overlay wheel of the same compose gets (`composed_branch.overlay_digest`).
 """
 
 from __future__ import annotations
@@ -37,18 +37,17 @@ from .. import gitstore
 from ..atomicfile import write_atomically
 from ..audit import AuditReport, audit
 from ..cache import Cache
-from ..checks import NO_IMPORT_SMOKE, CheckReport, failure_hint, run_checks
+from ..checks import NO_IMPORT_SMOKE, CheckReport, failure_hint
 from ..compose import ComposeOptions, Composer
+from ..composed_branch import PACKAGE_DIR, open_branch
 from ..errors import ComposeError, ExitCode, RefusedError
 from ..patchfile import parse_patch
 from ..report import render_audit
 from ..results import ComposeResult, ComposeStatus, OverlayStatus, Severity
-from ..review import require_reviewed
 from ..series import version_of_tag
 from ..trees import DirTree, GitTree
-from ..validation.ampere_gate import export_tree, require_gate
-from . import branch as branch_mod
-from .wheel import PACKAGE_DIR, overlay_version, record_hash, rewrite_metadata, rewrite_version_file
+from .clearance import Clearance
+from .wheel import overlay_version, record_hash, rewrite_metadata, rewrite_version_file
 
 #: installed files left out of the release commit: compiled objects are never composed, and they are big
 SKIP_SUFFIXES = (".so", ".pyc", ".cubin", ".fatbin", ".a", ".o")
@@ -69,12 +68,8 @@ class ImageOverlayResult:
     compose: ComposeResult | None = None
     changed: list[str] = field(default_factory=list)
     audit: AuditReport | None = None
-    checks: CheckReport | None = None
-    #: the Ampere gate of the composed files (`validation.ampere_gate` report) when it ran and passed
-    ampere_gate: object | None = None
-    #: why the gate did not run (`--no-ampere-gate`), or what failed when it refused the image
-    ampere_gate_skipped: str | None = None
-    ampere_gate_error: str | None = None
+    #: the review, the checks of the installed files and the Ampere gate of the composed ones, as far as they ran
+    clearance: Clearance = field(default_factory=lambda: Clearance("image-overlay"))
     message: str = ""
 
     @property
@@ -93,25 +88,19 @@ class ImageOverlayResult:
             "changed": self.changed,
             "audit": self.audit.to_json() if self.audit is not None else None,
             "checks": self.checks.to_json() if self.checks is not None else None,
-            "ampere_gate": self._gate_json(),
+            "ampere_gate": self.clearance.ampere_gate_json(),
             "compose": self.compose.to_json() if self.compose else None,
         }
 
     @property
+    def checks(self) -> CheckReport | None:
+        """The checks of the installed files against the release (None until they ran)."""
+        return self.clearance.checks
+
+    @property
     def gate_state(self) -> str | None:
         """`pass`, `FAIL`, `skipped (why)`, or None when the compose stopped before the gate."""
-        if self.ampere_gate_skipped is not None:
-            return f"skipped ({self.ampere_gate_skipped})"
-        if self.ampere_gate_error is not None:
-            return "FAIL"
-        return "pass" if self.ampere_gate is not None else None
-
-    def _gate_json(self) -> dict | None:
-        if self.ampere_gate_skipped is not None:
-            return {"skipped": self.ampere_gate_skipped}
-        if self.ampere_gate_error is not None:
-            return {"ok": False, "error": self.ampere_gate_error}
-        return self.ampere_gate.to_json() if self.ampere_gate is not None else None
+        return self.clearance.gate_state
 
 
 def installed_dist_info(site_packages: Path) -> Path:
@@ -186,7 +175,10 @@ def overlay_site_packages(
     site_packages = Path(site_packages).resolve()
     version = installed_version(site_packages)
     tag = tag or "v" + version.split("+", 1)[0]
-    result = ImageOverlayResult(str(site_packages), tag, OverlayStatus.INSTALLED)
+    clearance = Clearance(
+        "image-overlay", allow_unreviewed=allow_unreviewed, import_smoke=import_smoke, run_ampere_gate=ampere_gate
+    )
+    result = ImageOverlayResult(str(site_packages), tag, OverlayStatus.INSTALLED, clearance=clearance)
     with _scratch(work_dir) as scratch:
         repo = gitstore.init_bare_repo(scratch / "repo")
         base = commit_release(repo, site_packages, tag)
@@ -200,12 +192,12 @@ def overlay_site_packages(
             result.message = composed.message + " — site-packages not changed"
             return result
         try:  # an image is built unattended: every relocated or merged landing must be approved for this release
-            require_reviewed(composed.review, "image-overlay", allow_unreviewed)
+            clearance.require_review(composed.review)
         except RefusedError as exc:
             result.status = OverlayStatus.REFUSED
             result.message = f"{exc.message} — site-packages not changed\n  hint: {exc.hint}"
             return result
-        branch = branch_mod.open_branch(scratch / "repo", Path(series_dir), tag)
+        branch = open_branch(scratch / "repo", Path(series_dir), tag)
         new_version = overlay_version(version, branch.label)
         result.changed = [p for p in branch.changed if p.startswith(PACKAGE_DIR)]
         stock = GitTree(repo, base.tree, tag)
@@ -213,18 +205,12 @@ def overlay_site_packages(
         # the diff as `git diff <tag> <branch>` writes it: what a person would hand to check-fuzz
         diff = gitstore.diff_bytes(repo, base.tree.id, branch.head.tree.id, renames=False)
         patch = parse_patch(diff, name=f"compose-{tag}") if diff else None
-        if ampere_gate:
-            # before anything is written into site-packages: the composed files' DSA kernels for sm_80/86
-            try:
-                report = require_gate(export_tree(target, scratch / "gate"), branch.branch, tag=tag)
-            except RefusedError as exc:
-                result.status = OverlayStatus.REFUSED
-                result.ampere_gate_error = exc.message
-                result.message = f"{exc.message} — site-packages not changed\n  hint: {exc.hint}"
-                return result
-            result.ampere_gate = report
-        else:
-            result.ampere_gate_skipped = "--no-ampere-gate"
+        try:  # before anything is written into site-packages: the composed files' DSA kernels for sm_80/86
+            clearance.require_ampere_gate(branch)
+        except RefusedError as exc:
+            result.status = OverlayStatus.REFUSED
+            result.message = f"{exc.message} — site-packages not changed\n  hint: {exc.hint}"
+            return result
         if dry_run:
             result.status = OverlayStatus.DRY_RUN
             result.version = new_version
@@ -234,15 +220,9 @@ def overlay_site_packages(
         try:
             report = audit(stock, DirTree(site_packages), [patch]) if patch else None
             result.audit = report
-            checks = run_checks(
-                stock,
-                DirTree(site_packages),
-                result.changed,
-                import_smoke=import_smoke,
-                python=python or sys.executable,
-                release=str(version_of_tag(tag)),
+            checks = clearance.run_checks(
+                stock, DirTree(site_packages), result.changed, str(version_of_tag(tag)), python or sys.executable
             )
-            result.checks = checks
             _refuse_unless_clean(report, checks, tag)
         except RefusedError as exc:
             _install(site_packages, target, stock, result.changed)

@@ -37,13 +37,11 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ..cache import Cache
+from ..composed_branch import PACKAGE_DIR
 from ..errors import ComposeError, SourceError
 from ..index import IndexUnreachable, download, list_index_files, pip_index_url, redact_url
 from ..progress import ProgressCallback
 from ..trees import FileTree
-
-#: the importable package the wheel ships; source-tree paths under it map 1:1 to wheel members
-PACKAGE_DIR = "vllm/"
 
 #: source-tree paths outside the package whose change needs a source build (compiled code or build metadata)
 SOURCE_BUILD_PREFIXES = ("csrc/", "cmake/", "rust/", "requirements/")

@@ -374,7 +374,7 @@ def gate_release(
     else:
         if not tag:
             raise ComposeError("--onto TAG (or --tree DIR) is required", hint="e.g. --onto v0.30.0")
-        from ..artifacts.branch import open_branch
+        from ..composed_branch import open_branch
         from ..series import version_of_tag
 
         version = str(version_of_tag(tag))

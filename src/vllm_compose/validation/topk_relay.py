@@ -198,7 +198,7 @@ def branch_crossings(
     """(compose, stock) crossings of release `tag` in `repo_dir`: the compose's None when it wrote no branch, the
     stock's None when the repository lacks the tag."""
     from .. import gitstore
-    from ..artifacts.branch import open_branch
+    from ..composed_branch import open_branch
     from ..trees import GitTree
 
     if composed:

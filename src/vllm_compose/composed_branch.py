@@ -1,15 +1,13 @@
-"""A compose branch as the input of an artifact: its release and composed trees, the changed paths, the version
-label, and the gate every artifact passes before it is built.
+"""A compose branch read back: its release and composed trees, the changed paths, its entries and the version label.
 
 The wheel, the editable install and the image are built from `compose-<PRs>-<tag>` as `vllm-compose rebase` wrote
-it. `open_branch` reads that branch; `gate` re-runs the checks of the composed tree against the release (compile,
-new undefined names, import smoke where the runtime is importable) and refuses a tree that fails them.
+it; the Ampere gate, the top-k relay check and the semantic check read it too. `open_branch` reads that branch and
+refuses one holding a commit this tool did not write (no `Composed-By` trailer: hand edits were never audited) or
+that does not descend from the release: the compose writes the branch only when its audit and checks are clean, but
+a branch is a ref anyone can move. (What an artifact re-checks before it is built is `artifacts.clearance`.)
 
-Why re-run rather than trust: the compose writes the branch only when its audit and checks are clean, but a branch
-is a ref anyone can move. `open_branch` therefore also refuses a branch holding a commit this tool did not write
-(no `Composed-By` trailer: hand edits were never audited) or that does not descend from the release. The checks are
-recomputed because they are cheap (seconds) and depend only on the two trees; the audit needs every entry's patch
-and is the compose's job, so a branch that exists and carries only compose commits stands for a clean audit.
+This module sits below both the compose (which labels the branch it writes, `compose_label`) and the artifacts and
+validation that read the branch, so neither has to import the other.
 
 The version label (`local_label`): `compose.<PR numbers>.g<digest>`, e.g. `compose.46994.38476.g1a2b3c4`. The PR
 numbers say what is in it (the issue's example form). The `g` + first 7 hex digits of the overlay digest (sha256
@@ -28,19 +26,18 @@ from pathlib import Path
 
 import pygit2
 
-from .. import gitstore
-from ..checks import CheckReport, failure_hint, run_checks
-from ..errors import RefusedError, RepositoryError
-from ..results import Severity
-from ..review import Review, landings_of_commit, load_approvals, review_of
-from ..series import load_series, version_of_tag
-from ..trailers import COMPOSED_BY
-from ..trailers import ENTRY as ENTRY_TRAILER
-from ..trailers import UPSTREAM_PR as PR_TRAILER
-from ..trees import FileTree, GitTree
+from . import gitstore
+from .errors import RefusedError, RepositoryError
 from .precompiled import is_build_commit
-from .wheel import PACKAGE_DIR
+from .series import load_series, version_of_tag
+from .trailers import COMPOSED_BY
+from .trailers import ENTRY as ENTRY_TRAILER
+from .trailers import UPSTREAM_PR as PR_TRAILER
+from .trees import FileTree, GitTree
 
+#: the importable package: source-tree paths under it map 1:1 to wheel members and to site-packages files, and only
+#: they count in the version label (`overlay_digest`)
+PACKAGE_DIR = "vllm/"
 #: commits walked from the branch tip back to the release before giving up (a series has tens of entries)
 MAX_COMMITS = 10_000
 
@@ -61,7 +58,7 @@ class ComposedBranch:
     entries: list[str] = field(default_factory=list)
     #: upstream PR numbers of those entries, in order
     prs: list[int] = field(default_factory=list)
-    #: the branch ref's commit: `head`, or the build-setup commit on top of it (`artifacts.precompiled`)
+    #: the branch ref's commit: `head`, or the build-setup commit on top of it (`precompiled`)
     tip: pygit2.Commit | None = None
     #: the series' commits, `base` (exclusive) to `head`, oldest first
     commits: list[pygit2.Commit] = field(default_factory=list)
@@ -195,67 +192,3 @@ def overlay_digest(composed: FileTree, changed: list[str]) -> str:
 def local_label(prs: list[int], digest: str) -> str:
     """`compose.<PR numbers>.g<digest[:7]>`."""
     return ".".join(["compose", *(str(n) for n in prs), "g" + digest[:7]])
-
-
-def gate(branch: ComposedBranch, import_smoke: bool = True, python: str | None = None) -> CheckReport:
-    """Re-run the checks of the composed tree against the release; raise `RefusedError` (exit 2) when one fails.
-
-    Returns the report (warnings and a skipped import smoke do not refuse; the report shows them).
-    """
-    report = run_checks(
-        branch.release_tree(),
-        branch.composed_tree(),
-        branch.changed,
-        import_smoke=import_smoke,
-        python=python,
-        release=branch.version,
-    )
-    if not report.ok:
-        errors = [str(f) for f in report.findings if f.severity == Severity.ERROR]
-        shown = "; ".join(errors[:5]) + (f" and {len(errors) - 5} more" if len(errors) > 5 else "")
-        raise RefusedError(
-            f"the checks of {branch.branch} against {branch.tag} fail: {shown}",
-            tag=branch.tag,
-            hint=failure_hint(report, "fix the series (a skew-fix entry) and compose again; no artifact was built"),
-        )
-    return report
-
-
-def review(branch: ComposedBranch, series_dir: Path) -> Review:
-    """The branch's relocated and merged landings (its entry commits' `Review-Landing:` trailers) with the
-    approvals `series_dir` records for its release: what `wheel` and `editable` require to be approved."""
-    landings = [x for c in branch.commits for x in landings_of_commit(c.message)]
-    return review_of(branch.tag, landings, load_approvals(series_dir), load_series(series_dir).entries)
-
-
-def ampere_gate(branch: ComposedBranch):
-    """The Ampere gate of the composed tree (validation.ampere_gate): its DSA-path Triton kernels, as the release
-    launches them on an sm_80/86 GPU, must compile for both. Raises `RefusedError` (exit 2) otherwise; returns the
-    report."""
-    import tempfile
-
-    from ..validation.ampere_gate import export_tree, require_gate
-
-    with tempfile.TemporaryDirectory(prefix="vllm-compose-gate-") as tmp:
-        return require_gate(export_tree(branch.composed_tree(), Path(tmp)), branch.branch, tag=branch.tag)
-
-
-def require_checked_out(branch: ComposedBranch, worktree: Path) -> None:
-    """Refuse unless `worktree` (the repository's work tree) holds exactly the branch's tree.
-
-    `pip install -e` builds from the files on disk, so they must be the composed ones. Untracked files are allowed:
-    the precompiled build writes `.so` files and `vllm/_version.py` there.
-    """
-    repo = branch.repo
-    if repo.is_bare or repo.head_is_unborn or repo.head.peel(pygit2.Commit).tree.id != branch.tip.tree.id:
-        raise RepositoryError(
-            f"{worktree} does not have {branch.branch} checked out",
-            tag=branch.tag,
-            hint=f"git -C {worktree} checkout {branch.branch}",
-        )
-    if gitstore.is_dirty(repo):
-        raise RepositoryError(
-            f"{worktree} has local changes to tracked files",
-            tag=branch.tag,
-            hint="commit them as a series entry, or `git checkout .` them away, then run again",
-        )

@@ -3,7 +3,7 @@
 Written by the compose after the series' entries, audited and checked, and before the branch ref moves. It is not
 a series entry (no `Series-Entry` trailer; `Build-Setup: precompiled-stock-wheel` instead), so the per-entry audit,
 the checks, `series-diff` and the overlay of `vllm-compose wheel` / `image-overlay` see the series' tip, its parent
-(`artifacts.branch.open_branch` steps over it). What it changes, and why:
+(`composed_branch.open_branch` steps over it). What it changes, and why:
 
 * adds `.vllm-compose/precompiled.py` (`precompiled_hook.py` of this package, verbatim) and
   `.vllm-compose/precompiled.json` (the release, the version label of the compose, and per architecture the stock
@@ -24,7 +24,7 @@ the checks, `series-diff` and the overlay of `vllm-compose wheel` / `image-overl
   install and the next `rebase` refuse. Upstream's own `.gitignore` ignores them once untracked, and the `.so`
   files the precompiled build copies into the tree.
 
-The label is the compose's (`artifacts.branch.local_label`), computed from the series' tip, so the editable install,
+The label is the compose's (`composed_branch.local_label`), computed from the series' tip, so the editable install,
 the overlay wheel and the image say the same version. A release `series/stock-wheels.toml` does not list, or a
 `setup.py` without the anchors, gets no such commit; the compose says why.
 """
@@ -39,12 +39,12 @@ from pathlib import Path
 
 import pygit2
 
-from .. import gitstore
-from ..errors import SeriesError
-from ..results import BuildSetup
-from ..series import version_of_tag
-from ..trailers import BUILD_SETUP, COMPOSED_BY
-from ..trees import GitTree
+from . import gitstore
+from .errors import SeriesError
+from .results import BuildSetup
+from .series import version_of_tag
+from .trailers import BUILD_SETUP, COMPOSED_BY
+from .trees import GitTree
 
 #: the trailer that marks the commit (and that `open_branch` and `series-diff` step over)
 BUILD_TRAILER = BUILD_SETUP
