@@ -1,7 +1,7 @@
 """On the device machine: the recall model's proof suites (vllm_compose.validation.recall_run), one engine per process.
 
     python3 lab/device/prove.py model --out /tmp/vc/recall [--tiny]      # write the GLM-5-shaped recall checkpoint
-    python3 lab/device/prove.py suite --json '{...Suite fields...}' --out RESULT.json
+    python3 lab/device/prove.py suite NAME --model /tmp/vc/recall --out RESULT.json   # a suite of proof.SUITES
 
 `lab/device/prove.sh` runs the suites of a release with the environment `lab/device/run_all.sh` uses (the staged site, the
 sm_80 platform answers from lab/device/sitecustomize).
@@ -28,7 +28,8 @@ def main() -> int:
     m.add_argument("--out", required=True)
     m.add_argument("--tiny", action="store_true")
     s = sub.add_parser("suite")
-    s.add_argument("--json", required=True)
+    s.add_argument("name")
+    s.add_argument("--model", required=True)
     s.add_argument("--out", required=True)
     args = ap.parse_args()
     if args.cmd == "model":
@@ -43,15 +44,26 @@ def main() -> int:
 
     for k, v in AMPERE_ENV.items():
         os.environ.setdefault(k, v)
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm_compose.validation.recall_run import Suite, run_suite
+    from vllm_compose.validation.proof import SERVING_ENV
+    from vllm_compose.validation.proof import suite as named_suite
+    from vllm_compose.validation.recall_run import run_suite
 
-    suite = Suite(**json.loads(args.json))
+    os.environ.update(SERVING_ENV)
+    suite = named_suite(args.name, Path(args.model))
     result = run_suite(suite)
     result["env"] = {k: os.environ.get(k) for k in [*AMPERE_ENV, "VC_FAKE_CAPABILITY"]}
     Path(args.out).write_text(json.dumps(result, indent=1, default=str))
-    print(json.dumps({"label": suite.label, "ok": result["ok"], "passed": result["passed"],
-                      "checks": result["checks"], "error": result.get("error")}))
+    print(
+        json.dumps(
+            {
+                "label": suite.label,
+                "ok": result["ok"],
+                "passed": result["passed"],
+                "checks": result["checks"],
+                "error": result.get("error"),
+            }
+        )
+    )
     return 0 if result["passed"] else 1
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the device machine, after `lab/device/stage.py receive 1..N` and `install`: the recall model's proof suites.
 #   lab/device/prove.sh model            write the GLM-5-shaped recall checkpoint to /tmp/vc/recall (on the GPU)
-#   lab/device/prove.sh SUITE...         run suites from the table below, one engine each, within VC_BUDGET_S (540)
+#   lab/device/prove.sh SUITE...         run suites of vllm_compose.validation.proof.SUITES, one engine each,
+#                                        within VC_BUDGET_S (540)
 # Results: /tmp/vc/prove/LABEL.json (kept while the machine is warm), copied to $OUT.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -12,16 +13,6 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$S/$TREE:$S/site:$REPO/lab/device/sitecust
 export VC_FAKE_CAPABILITY=${VC_FAKE_CAPABILITY-8.0}
 mkdir -p "$S/prove" "${OUT:-/tmp/vc/out}"
 M=$S/recall
-A='"rotate_blocks": -1'
-declare -A SUITES=(
-  [eager]="{\"lengths\": [8192, 32768, 131072, 16384], \"fault_lengths\": [8192, 12288, 16384], $A}"
-  [eager_norot]="{\"lengths\": [8192, 32768, 16384], $A, \"rotate_blocks\": 0}"
-  [mtp1]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 1, $A}"
-  [mtp2]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 2, $A}"
-  [graph_mtp1]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 1, \"eager\": false, \"compilation\": {\"mode\": 0, \"cudagraph_mode\": \"FULL_DECODE_ONLY\"}, $A}"
-  [graph_mtp2]="{\"lengths\": [8192, 32768, 16384, 20000], \"mtp\": 2, \"eager\": false, \"compilation\": {\"mode\": 0, \"cudagraph_mode\": \"FULL_DECODE_ONLY\"}, $A}"
-  [graph_default]="{\"lengths\": [8192, 16384], \"eager\": false, $A}"
-)
 for s in "$@"; do
   left=$(( BUDGET - ($(date +%s) - START) ))
   if [ "$s" = model ]; then
@@ -29,11 +20,8 @@ for s in "$@"; do
     continue
   fi
   if [ "$left" -lt 90 ]; then echo "SKIP $s (time)"; continue; fi
-  js=${SUITES[$s]:-}
-  if [ -z "$js" ]; then echo "unknown suite $s"; continue; fi
-  js="{\"label\": \"$s\", \"model_dir\": \"$M\", ${js:1}"
   echo "== $s at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
-  timeout -s INT -k 15 $(( left - 15 )) python3 "$REPO/lab/device/prove.py" suite --json "$js" --out "$S/prove/$s.json" \
+  timeout -s INT -k 15 $(( left - 15 )) python3 "$REPO/lab/device/prove.py" suite "$s" --model "$M" --out "$S/prove/$s.json" \
     > "$S/prove/$s.log" 2>&1
   echo "rc=$? $(tail -1 "$S/prove/$s.log" | cut -c1-600)"
 done

@@ -123,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     _gate_parsers(sub)
     _artifact_parsers(sub)
     _pp_plan_parser(sub)
+    _prove_parser(sub)
     _pr_bump_parser(sub)
     s = sub.add_parser(
         "audit-series",
@@ -389,6 +390,29 @@ def _artifact_parsers(sub) -> None:
     i.add_argument("--dry-run", action="store_true", help="compose and check, write nothing into site-packages")
 
 
+def _prove_parser(sub) -> None:
+    """`prove`: the recall model's proof suites on the installed vLLM (a GPU machine)."""
+    pr = sub.add_parser(
+        "prove",
+        help="prove on this GPU that the installed vLLM's sparse attention reads the right tokens (recall model)",
+        description="Write the GLM-5-shaped recall model into --model-dir (unless it is there), then run each suite "
+        "in a fresh interpreter: its tokens must be the predicted ones, and in eager suites every injected fault "
+        "(top-k shifted, another request's, the previous step's, an unfilled shared buffer, a zeroed output) must "
+        "change them. Run it in the environment vLLM is installed in.",
+    )
+    pr.add_argument("--model-dir", type=Path, metavar="DIR", help="the recall checkpoint's folder (required to run)")
+    pr.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help="a suite to run (repeatable; default: eager, mtp1, mtp2, graph_mtp1, graph_mtp2); --list names them",
+    )
+    pr.add_argument("--list", action="store_true", help="list the suites and exit")
+    pr.add_argument("--shape", choices=("glm5", "tiny"), default="glm5", help="the model written (default glm5)")
+    pr.add_argument("--out", type=Path, default=Path("prove-results"), metavar="DIR", help="default prove-results/")
+    pr.add_argument("--timeout", type=float, metavar="S", help="seconds per suite (default: none)")
+
+
 def _pp_plan_parser(sub) -> None:
     """`pp-plan`: a pipeline-parallel layer partition for a DSA model (docs/pp-plan.md)."""
     pl = sub.add_parser(
@@ -489,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             "audit-series": commands.audit_series,
             "pp-plan": commands.pp_plan,
             "pr-bump": commands.pr_bump,
+            "prove": commands.prove,
         }
         return int(handler[args.command](args))
     except ComposeError as exc:

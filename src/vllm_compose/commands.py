@@ -8,6 +8,7 @@ review, status, artifacts, validation, ...), which return values and raise `Comp
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -472,3 +473,33 @@ class _progress:
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+def prove(args) -> int:
+    from .validation import proof
+
+    if args.list:
+        for name, fields in proof.SUITES.items():
+            print(f"{name:14} {json.dumps(fields)}")
+        return ExitCode.OK
+    if args.model_dir is None:
+        raise CommandLineError("--model-dir DIR is required to run suites", hint="e.g. --model-dir /data/recall-glm5")
+    names = args.suite or list(proof.DEFAULT_SUITES)
+    for name in names:
+        proof.suite(name, args.model_dir)  # an unknown name stops before the model is written
+    if proof.ensure_model(args.model_dir, args.shape):
+        print(f"wrote the {args.shape} recall model to {args.model_dir}")
+
+    def done(result: dict) -> None:
+        label = result["suite"]["label"]
+        verdict = "passed" if result["passed"] else "FAILED"
+        print(f"{label}: {verdict} ({result.get('vllm_version', '?')})")
+        for check, ok in result.get("checks", []):
+            print(f"  {'ok ' if ok else 'NO '} {check}")
+        if result.get("error"):
+            print(f"  error: {result['error'][:500]}")
+
+    results = proof.run(args.model_dir, names, args.out, on_done=done, timeout_s=args.timeout)
+    passed = sum(r["passed"] for r in results)
+    print(f"{passed} of {len(results)} suites passed; results in {args.out}/")
+    return ExitCode.OK if passed == len(results) else ExitCode.REFUSED

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ComposeError
-from .model_reference import Fault
+from .recall_model import Fault
 
 
 class EngineFaultError(ComposeError):

@@ -14,30 +14,13 @@ not the construction.
 
 from __future__ import annotations
 
-import enum
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .recall_model import Fault
 from .tinyglm import TinyGlmSpec
-
-
-class Fault(enum.Enum):
-    """What a fault does to the recall layer (the first layer that shares the index layer's top-k)."""
-
-    NONE = "none"
-    #: every top-k index one position later
-    SHIFT = "shift"
-    #: another request's top-k rows
-    OTHER_REQUEST = "other-request"
-    #: each decode step reads the previous step's top-k row
-    PREVIOUS_STEP = "previous-step"
-    #: the shared buffer was never written by the full layer (zeros: every index reads position 0)
-    UNFILLED = "unfilled"
-    #: the attention's output is zero
-    ZERO_OUTPUT = "zero-output"
 
 
 @dataclass
@@ -96,8 +79,11 @@ class ReferenceModel:
         r = s.qk_rope_head_dim
         q = torch.cat([_rope(q[..., :r], pos, self.theta), q[..., r:]], -1)
         k = torch.nn.functional.layer_norm(
-            self._lin(f"{ix}.wk.weight", x), (s.index_head_dim,), self.t[f"{ix}.k_norm.weight"],
-            self.t[f"{ix}.k_norm.bias"], 1e-6,
+            self._lin(f"{ix}.wk.weight", x),
+            (s.index_head_dim,),
+            self.t[f"{ix}.k_norm.weight"],
+            self.t[f"{ix}.k_norm.bias"],
+            1e-6,
         )
         k = torch.cat([_rope(k[:, :r], pos, self.theta), k[:, r:]], -1)
         w = self._lin(f"{ix}.weights_proj.weight", x) * s.index_head_dim**-0.5 * s.index_n_heads**-0.5
@@ -197,13 +183,21 @@ class ReferenceModel:
         hidden = _rms(h, self.t["model.norm.weight"], self.eps)[:-1]
         p = f"model.layers.{s.num_hidden_layers}"
         emb = self.t[f"{p}.embed_tokens.weight"][ids[1:]]
-        x = torch.cat([_rms(emb, self.t[f"{p}.enorm.weight"], self.eps), _rms(hidden, self.t[f"{p}.hnorm.weight"], self.eps)], -1)
+        x = torch.cat(
+            [_rms(emb, self.t[f"{p}.enorm.weight"], self.eps), _rms(hidden, self.t[f"{p}.hnorm.weight"], self.eps)], -1
+        )
         m = self._lin(f"{p}.eh_proj.weight", x)
         m = self._layer(p, m, pos[:-1], s.num_hidden_layers, ctx, {})
         return _rms(m, self.t[f"{p}.shared_head.norm.weight"], self.eps) @ self.t[f"{p}.shared_head.head.weight"].T
 
-    def generate(self, prompt: list[int], max_tokens: int, fault: Fault = Fault.NONE, recall_layer: int = -1,
-                 other_topk: torch.Tensor | None = None) -> list[int]:
+    def generate(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        fault: Fault = Fault.NONE,
+        recall_layer: int = -1,
+        other_topk: torch.Tensor | None = None,
+    ) -> list[int]:
         """Greedy tokens after `prompt`, with `fault` applied in `recall_layer`."""
         seq = list(prompt)
         ctx = _Ctx(fault, recall_layer, other_topk=other_topk, captured={})
@@ -211,7 +205,7 @@ class ReferenceModel:
             logits = self.logits(seq, ctx)
             ctx.prev_topk = ctx.captured.get(recall_layer)
             seq.append(int(logits[-1].argmax()))
-        return seq[len(prompt):]
+        return seq[len(prompt) :]
 
     def topk_rows(self, tokens: list[int], recall_layer: int) -> torch.Tensor:
         """The top-k rows the recall layer reads for `tokens` (no fault)."""
@@ -242,4 +236,4 @@ def _apply_fault(ctx: _Ctx, idx: torch.Tensor) -> torch.Tensor:
     return idx
 
 
-__all__ = ["Fault", "ReferenceModel", "math"]
+__all__ = ["Fault", "ReferenceModel"]

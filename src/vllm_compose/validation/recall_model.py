@@ -35,9 +35,10 @@ fp32 on a CPU and is what the tests hold the design against.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,22 @@ GLM5_LAYER = {
 
 #: GLM-5.x's IndexCache settings: layers 0-2 and then every 4th compute their own top-k, the others share it
 GLM5_INDEXCACHE = {"index_topk_freq": 4, "index_skip_topk_offset": 3, "index_share_for_mtp_iteration": True}
+
+
+class Fault(enum.Enum):
+    """A fault a proof injects into the recall layer (the first layer that shares the index layer's top-k)."""
+
+    NONE = "none"
+    #: every top-k index one position later
+    SHIFT = "shift"
+    #: another request's top-k rows
+    OTHER_REQUEST = "other-request"
+    #: each decode step reads the previous step's top-k row
+    PREVIOUS_STEP = "previous-step"
+    #: the shared buffer was never written by the full layer (zeros: every index reads position 0)
+    UNFILLED = "unfilled"
+    #: the attention's output is zero
+    ZERO_OUTPUT = "zero-output"
 
 
 @dataclass(frozen=True)
@@ -188,19 +205,21 @@ class RecallSpec:
 
 
 def is_shared_layer(shape: TinyGlmSpec, layer: int) -> bool:
-    """Whether decoder `layer` reuses an earlier layer's top-k, by the rule the DSA attention applies (every
-    release 0.26-0.33: `index_topk_pattern` if set, else `index_topk_freq` and `index_skip_topk_offset`)."""
-    extra = shape.extra
-    pattern = extra.get("index_topk_pattern")
-    if pattern is not None:
-        return 0 <= layer < len(pattern) and pattern[layer] == "S"
-    freq = extra.get("index_topk_freq", 1)
-    offset = extra.get("index_skip_topk_offset", 2)
-    return max(layer - offset + 1, 0) % freq != 0
+    """Whether decoder `layer` reuses an earlier layer's top-k, by vLLM's rule as `pp_plan.computes_topk` states it
+    (the same in every release 0.26-0.33)."""
+    from ..pp_plan import computes_topk, shape_from_config
+
+    return not computes_topk(shape_from_config(config_dict(shape), "recall model"), layer)
 
 
-def glm5_spec(num_hidden_layers: int = 8, n_routed_experts: int = 8, num_experts_per_tok: int = 4,
-              max_position_embeddings: int = 262144, seed: int = 0, vocab_size: int = 1024) -> RecallSpec:
+def glm5_spec(
+    num_hidden_layers: int = 8,
+    n_routed_experts: int = 8,
+    num_experts_per_tok: int = 4,
+    max_position_embeddings: int = 262144,
+    seed: int = 0,
+    vocab_size: int = 1024,
+) -> RecallSpec:
     """The recall model at GLM-5.x's per-layer shape with its IndexCache settings (fewer layers, routed experts and
     vocabulary than the real model: those are not per-layer sizes)."""
     shape = TinyGlmSpec(
@@ -508,12 +527,12 @@ def with_shape(spec: RecallSpec, **changes: Any) -> RecallSpec:
 
 
 __all__ = [
+    "Fault",
     "GLM5_INDEXCACHE",
     "GLM5_LAYER",
     "RecallModelError",
     "RecallPrompt",
     "RecallSpec",
-    "field",
     "glm5_spec",
     "is_shared_layer",
     "make_prompts",

@@ -14,6 +14,7 @@ request, so the requests' KV and indexer blocks sit at high block ids, where the
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 import traceback
@@ -23,8 +24,7 @@ from typing import Any
 
 from ..errors import ComposeError
 from . import engine_faults
-from .model_reference import Fault
-from .recall_model import RecallSpec, make_prompts, predict, spec_from_json
+from .recall_model import Fault, RecallSpec, make_prompts, predict, spec_from_json
 
 
 class RecallRunError(ComposeError):
@@ -131,8 +131,9 @@ def rotate_free_blocks(llm, n: int, keep: int = 0) -> dict:
 
 
 def _generate(llm, prompts, max_tokens: int) -> list[list[int]]:
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from vllm import SamplingParams
 
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
     outs = llm.generate([TokensPrompt(prompt_token_ids=list(p.tokens)) for p in prompts], sp, use_tqdm=False)
@@ -176,7 +177,7 @@ def _spec_metrics(llm) -> dict:
 def run_suite(suite: Suite) -> dict:
     """Run `suite`; the result dict says what ran, the tokens, and `passed`."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    spec = spec_from_json(__import__("json").loads((Path(suite.model_dir) / "recall_spec.json").read_text()))
+    spec = spec_from_json(json.loads((Path(suite.model_dir) / "recall_spec.json").read_text()))
     result: dict[str, Any] = {"suite": asdict(suite), "recall_layer": spec.recall_layer, "checks": []}
     try:
         import vllm
@@ -193,8 +194,13 @@ def run_suite(suite: Suite) -> dict:
         prompts = make_prompts(spec, suite.lengths, seed=suite.seed)
         t0 = time.perf_counter()
         got = _generate(llm, prompts, suite.max_tokens)
-        result["clean"] = {"generate_s": round(time.perf_counter() - t0, 2), "prompts": _judge(spec, prompts, got, suite.max_tokens)}
-        result["checks"].append(("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"])))
+        result["clean"] = {
+            "generate_s": round(time.perf_counter() - t0, 2),
+            "prompts": _judge(spec, prompts, got, suite.max_tokens),
+        }
+        result["checks"].append(
+            ("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"]))
+        )
         result["spec_metrics"] = _spec_metrics(llm)
         if suite.fault_lengths and suite.eager:
             fprompts = make_prompts(spec, suite.fault_lengths, seed=suite.seed + 1)
@@ -211,7 +217,9 @@ def run_suite(suite: Suite) -> dict:
                     "generate_s": round(time.perf_counter() - t0, 2),
                     "prompts": judged,
                 }
-                result["checks"].append((f"fault {name} changes the tokens", all(not p["as_predicted"] for p in judged)))
+                result["checks"].append(
+                    (f"fault {name} changes the tokens", all(not p["as_predicted"] for p in judged))
+                )
             got = _generate(llm, fprompts, suite.fault_max_tokens)
             judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
             result["after_faults"] = {"prompts": judged}
@@ -223,3 +231,18 @@ def run_suite(suite: Suite) -> dict:
         result["traceback"] = traceback.format_exc()[-6000:]
     result["passed"] = bool(result["ok"] and result["checks"] and all(ok for _c, ok in result["checks"]))
     return result
+
+
+def main(argv: list[str]) -> int:
+    """`python -m vllm_compose.validation.recall_run SUITE_JSON OUT_FILE`: one suite, its result written to OUT_FILE;
+    exit 0 when it passed, 1 when not (`proof.run` starts one interpreter per suite this way)."""
+    suite = Suite(**json.loads(argv[0]))
+    result = run_suite(suite)
+    Path(argv[1]).write_text(json.dumps(result, indent=1, default=str))
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":  # pragma: no cover - run by proof.run in a fresh interpreter
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,257 @@
+"""The recall model (validation/recall_model.py) against its design, on a CPU: the fp32 reference forward of the whole
+model (validation/model_reference.py) must produce the predicted tokens, and every fault the GPU suites inject must
+change them; the engine fault hooks (validation/engine_faults.py) must rewrite what they say on a stand-in model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vllm_compose.validation import engine_faults  # noqa: E402
+from vllm_compose.validation import recall_model as rm  # noqa: E402
+from vllm_compose.validation.model_reference import ReferenceModel, _Ctx  # noqa: E402
+from vllm_compose.validation.recall_model import Fault  # noqa: E402
+from vllm_compose.validation.recall_run import Suite, _blocks_needed, _judge  # noqa: E402
+from vllm_compose.validation.tinyglm import tensor_layout  # noqa: E402
+
+TOKENS = 5
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    spec = rm.tiny_spec()
+    tensors = rm.make_tensors(spec)
+    prompts = rm.make_prompts(spec, [120, 150])
+    return spec, tensors, ReferenceModel(spec.shape, tensors), prompts
+
+
+def test_glm5_spec_has_glm5_layer_sizes_and_indexcache():
+    spec = rm.glm5_spec()
+    spec.validate()
+    s = spec.shape
+    assert (s.hidden_size, s.num_attention_heads, s.q_lora_rank, s.kv_lora_rank) == (6144, 64, 2048, 512)
+    assert (s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim) == (192, 64, 256)
+    assert (s.index_n_heads, s.index_head_dim, s.index_topk) == (32, 128, 2048)
+    # layers 0-2 and 6 compute their top-k; 3-5 and 7 share it; the recall layer is the first shared one
+    assert [rm.is_shared_layer(s, layer) for layer in range(8)] == [False] * 3 + [True] * 3 + [False, True]
+    assert spec.recall_layer == 3
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (dict(chain=31), "chain 31 outside"),
+        (dict(index_layer=3), "must compute its own top-k"),
+        (dict(fillers=0), "fillers must be >= 1"),
+    ],
+)
+def test_spec_refusals_name_the_problem(change, words):
+    spec = dataclasses.replace(rm.tiny_spec(), **change)
+    with pytest.raises(rm.RecallModelError) as err:
+        spec.validate()
+    assert words in str(err.value)
+
+
+def test_small_vocabulary_is_refused():
+    spec = rm.with_shape(rm.tiny_spec(), vocab_size=100)
+    with pytest.raises(rm.RecallModelError, match="vocab_size 100 <"):
+        spec.validate()
+
+
+def test_prompts_plant_one_cycle_far_back_at_disjoint_positions(tiny):
+    spec, _t, _ref, _p = tiny
+    prompts = rm.make_prompts(spec, [120, 150, 200])
+    assert prompts == rm.make_prompts(spec, [120, 150, 200])  # deterministic
+    taken = set()
+    for r, p in enumerate(prompts):
+        assert sorted(p.cycle) == list(range(spec.chain))
+        assert p.tokens[-1] == spec.chain_token(p.cycle[0])
+        assert all(pos <= len(p.tokens) - spec.shape.index_topk - 1 for pos in p.planted_at)
+        assert all(pos % len(prompts) == r for pos in p.planted_at)
+        assert not taken & set(p.planted_at)
+        taken |= set(p.planted_at)
+        planted = {p.tokens[pos] for pos in p.planted_at}
+        edges = {spec.planted_token(p.cycle[k], p.cycle[(k + 1) % spec.chain]) for k in range(spec.chain)}
+        assert planted == edges
+        # no planted token outside the planted positions, no chain token but the last
+        for i, tok in enumerate(p.tokens[:-1]):
+            if i not in p.planted_at:
+                assert spec.filler_token(0) <= tok < spec.filler_token(spec.fillers)
+
+
+def test_prompt_too_short_is_refused():
+    spec = rm.tiny_spec()
+    with pytest.raises(rm.RecallModelError, match="prompt 0: length 40"):
+        rm.make_prompts(spec, [40])
+
+
+def test_prediction_walks_the_prompts_cycle(tiny):
+    spec, _t, _ref, prompts = tiny
+    p = prompts[0]
+    want = rm.predict(spec, p, spec.chain + 2)
+    assert want[0] == spec.chain_token(p.cycle[1])
+    assert want[spec.chain - 1] == spec.chain_token(p.cycle[0])
+    assert want[spec.chain] == want[0]
+
+
+def test_reference_gives_the_predicted_tokens_with_the_designed_margin(tiny):
+    spec, _t, ref, prompts = tiny
+    for p in prompts:
+        assert ref.generate(list(p.tokens), TOKENS, recall_layer=spec.recall_layer) == rm.predict(spec, p, TOKENS)
+        top = ref.logits(list(p.tokens), _Ctx(Fault.NONE, -1))[-1].topk(2)
+        # the successor scores 2 * head_logit, the fallback head_logit: the margin is the design's, within 10%
+        assert top.indices[1] == spec.fallback_token
+        assert abs((top.values[0] - top.values[1]) - spec.head_logit) < 0.1 * spec.head_logit
+
+
+def test_the_same_last_token_has_different_successors_in_different_prompts(tiny):
+    spec, _t, ref, _p = tiny
+    a, b = rm.make_prompts(spec, [120, 150], seed=7)
+    # make both prompts end on the same chain token: their successors differ unless the cycles agree there
+    b_tokens = list(b.tokens[:-1]) + [a.tokens[-1]]
+    got_a = ref.generate(list(a.tokens), 1, recall_layer=spec.recall_layer)
+    got_b = ref.generate(b_tokens, 1, recall_layer=spec.recall_layer)
+    assert got_a == [spec.chain_token(a.successor(a.cycle[0]))]
+    assert got_b == [spec.chain_token(b.successor(a.cycle[0]))]
+    assert a.successor(a.cycle[0]) != b.successor(a.cycle[0])
+
+
+@pytest.mark.parametrize("fault", [f for f in Fault if f is not Fault.NONE])
+def test_every_fault_changes_the_tokens(tiny, fault):
+    spec, _t, ref, prompts = tiny
+    other = ref.topk_rows(list(prompts[1].tokens), spec.recall_layer)
+    got = ref.generate(list(prompts[0].tokens), TOKENS, fault=fault, recall_layer=spec.recall_layer, other_topk=other)
+    want = rm.predict(spec, prompts[0], TOKENS)
+    assert got != want
+    # what the fault leaves is the fallback: the planted token was not read
+    assert spec.fallback_token in got
+
+
+def test_a_fault_in_another_layer_changes_nothing(tiny):
+    spec, _t, ref, prompts = tiny
+    got = ref.generate(list(prompts[0].tokens), TOKENS, fault=Fault.ZERO_OUTPUT, recall_layer=spec.recall_layer + 1)
+    assert got == rm.predict(spec, prompts[0], TOKENS)
+
+
+def test_mtp_layer_drafts_the_successor_of_the_token_just_sampled(tiny):
+    spec, _t, ref, prompts = tiny
+    p = prompts[0]
+    seq = list(p.tokens) + rm.predict(spec, p, 2)
+    drafts = ref.mtp_draft(seq)
+    # at the last position the MTP layer sees the last sampled token; its draft is that token's successor
+    assert int(drafts[-1].argmax()) == rm.predict(spec, p, 3)[2]
+
+
+def test_shared_layers_carry_no_indexer_weights(tiny):
+    spec, tensors, _ref, _p = tiny
+    layout = tensor_layout(spec.shape)
+    for layer in range(spec.shape.num_hidden_layers):
+        names = [n for n in layout if n.startswith(f"model.layers.{layer}.self_attn.indexer.")]
+        present = [n for n in names if n in tensors]
+        assert present == ([] if rm.is_shared_layer(spec.shape, layer) else names)
+
+
+def test_spec_json_round_trips():
+    spec = rm.glm5_spec()
+    assert rm.spec_from_json(rm.spec_to_json(spec)) == spec
+
+
+def test_judge_reports_the_first_difference_and_fallbacks(tiny):
+    spec, _t, _ref, prompts = tiny
+    want = rm.predict(spec, prompts[0], 4)
+    bad = want[:2] + [spec.fallback_token, want[3]]
+    out = _judge(spec, prompts[:1], [bad], 4)[0]
+    assert (out["as_predicted"], out["first_difference"], out["differing"], out["fallback_tokens"]) == (False, 2, 1, 1)
+    assert _judge(spec, prompts[:1], [want], 4)[0]["as_predicted"]
+
+
+def test_blocks_needed_counts_every_request_and_mtp():
+    s = Suite(label="x", model_dir="m", lengths=[64 * 10, 64 * 20], max_tokens=8, block_size=64, mtp=1)
+    assert _blocks_needed(s) == 2 * ((11 + 21) + 64) * 2
+
+
+# --- the engine hooks on a stand-in of vLLM's module tree --------------------------------------------------------
+
+
+class _Attn(torch.nn.Module):
+    def __init__(self, buf):
+        super().__init__()
+        self.topk_indices_buffer = buf
+        self.seen = []
+
+    def forward(self, positions, hidden_states):
+        self.seen.append(self.topk_indices_buffer[: hidden_states.shape[0]].clone())
+        return hidden_states + 1
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, buf):
+        super().__init__()
+        self.self_attn = _Attn(buf)
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self, buf):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Layer(buf) for _ in range(5)])
+
+
+class _Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.buf = torch.arange(24, dtype=torch.int32).view(6, 4)
+        self.model = _Inner(self.buf)
+
+
+def _run(model, fault, rows=3, steps=2):
+    engine_faults.install(model, fault, 3)
+    attn = model.model.layers[3].self_attn
+    outs = []
+    for step in range(steps):
+        model.buf[:rows] = torch.arange(rows * 4, dtype=torch.int32).view(rows, 4) + 100 * step
+        outs.append(attn(torch.zeros(rows), torch.zeros(rows, 8)))
+    return attn.seen, outs, engine_faults.clear()
+
+
+@pytest.mark.parametrize(
+    "fault, expect",
+    [
+        ("shift", lambda base, prev: base + 1),
+        ("unfilled", lambda base, prev: torch.zeros_like(base)),
+        ("other-request", lambda base, prev: torch.roll(base, 1, 0)),
+        ("previous-step", lambda base, prev: prev),
+    ],
+)
+def test_engine_hook_rewrites_the_rows_the_layer_reads(fault, expect):
+    model = _Model()
+    seen, _outs, counters = _run(model, fault)
+    base1 = torch.arange(12, dtype=torch.int32).view(3, 4) + 100
+    base0 = base1 - 100
+    assert torch.equal(seen[1], expect(base1, base0))
+    assert counters["hooks"][0]["calls"] == 2
+    # cleared: the next forward reads the rows as written
+    attn = model.model.layers[3].self_attn
+    attn(torch.zeros(3), torch.zeros(3, 8))
+    assert torch.equal(attn.seen[-1], model.buf[:3])
+
+
+def test_engine_hook_zeroes_the_output_and_clears():
+    model = _Model()
+    _seen, outs, _c = _run(model, "zero-output")
+    assert all(torch.count_nonzero(o) == 0 for o in outs)
+    out = model.model.layers[3].self_attn(torch.zeros(2), torch.zeros(2, 8))
+    assert torch.equal(out, torch.ones(2, 8))
+
+
+def test_engine_hook_refuses_a_model_without_the_layer_or_the_buffer():
+    model = _Model()
+    with pytest.raises(engine_faults.EngineFaultError, match="layers.9.self_attn"):
+        engine_faults.install(model, "shift", 9)
+    for layer in model.model.layers:
+        layer.self_attn.topk_indices_buffer = None
+    model.buf = None
+    with pytest.raises(engine_faults.EngineFaultError, match="topk_indices_buffer"):
+        engine_faults.install(model, "shift", 3)
