@@ -102,3 +102,64 @@ def test_the_repository_results_show_what_sessions_6_and_7_ran():
         assert ev[version].as_predicted == {RunConfig(1, 0), RunConfig(1, 1), RunConfig(1, 2)}, version
         assert ev[version].failed == {} and ev[version].not_as_predicted == set(), version
     assert ev["0.33.0"].sessions == {"2026-12-01-s6", "2026-12-01-s7"}
+
+
+def _recall(root: Path, folder: str, name: str, label: str, passed: bool, version="0.26.0", **suite) -> None:
+    (root / folder / "recall").mkdir(parents=True, exist_ok=True)
+    checks = [["clean tokens as predicted", passed]]
+    if suite.get("faults"):
+        checks += [[f"fault {f} changes the tokens", True] for f in suite.pop("faults")]
+    data = {
+        "suite": {"label": label, "lengths": [8192, 131072], "eager": True, "mtp": 0, "block_size": 64, **suite},
+        "vllm_version": version,
+        "passed": passed,
+        "checks": checks,
+        "rotation": {"first_free_block_id": 60000},
+    }
+    if not passed:
+        data["error"] = "RuntimeError: boom\nmore"
+    (root / folder / "recall" / name).write_text(json.dumps(data))
+
+
+def test_recall_suites_join_the_cell_with_their_faults_contexts_and_offsets(tmp_path):
+    _recall(tmp_path, "2026-12-02", "a.json", "eager", True, faults=["shift", "unfilled"])
+    _recall(tmp_path, "2026-12-02", "b.json", "graph_mtp2", True, eager=False, mtp=2, compilation={"mode": 0})
+    _recall(tmp_path, "2026-12-02", "c.json", "graph_default", False, eager=False)
+    cell = collect_gpu_evidence(tmp_path)["0.26.0"].summary()
+    assert cell == (
+        "recall model at GLM-5's per-layer shape: as predicted: eager (2 of 2 faults caught), graphs+MTP2 "
+        "(contexts to 131,072, KV offsets past 2**31); FAILED: graphs+Inductor (RuntimeError: boom)"
+    )
+
+
+def test_a_recall_pass_outranks_a_failure_in_its_folder_and_a_later_folder_wins(tmp_path):
+    _recall(tmp_path, "2026-12-02", "a.json", "mtp2", False, mtp=2)
+    _recall(tmp_path, "2026-12-02", "b.json", "mtp2", True, mtp=2)
+    assert collect_gpu_evidence(tmp_path)["0.26.0"].recall["mtp2"].passed
+    _recall(tmp_path, "2026-12-03", "a.json", "mtp2", False, mtp=2)
+    assert not collect_gpu_evidence(tmp_path)["0.26.0"].recall["mtp2"].passed
+
+
+def test_recall_offsets_below_int32_are_not_claimed(tmp_path):
+    _recall(tmp_path, "2026-12-02", "a.json", "eager", True)
+    data = json.loads((tmp_path / "2026-12-02" / "recall" / "a.json").read_text())
+    data["rotation"] = {"error": "no pool"}
+    (tmp_path / "2026-12-02" / "recall" / "a.json").write_text(json.dumps(data))
+    assert "2**31" not in collect_gpu_evidence(tmp_path)["0.26.0"].summary()
+
+
+def test_an_unreadable_recall_result_names_its_file(tmp_path):
+    (tmp_path / "x" / "recall").mkdir(parents=True)
+    (tmp_path / "x" / "recall" / "bad.json").write_text("{")
+    with pytest.raises(ComposeError) as err:
+        collect_gpu_evidence(tmp_path)
+    assert "bad.json" in str(err.value)
+
+
+def test_the_repository_recall_results_show_both_releases_and_every_fault_caught():
+    ev = collect_gpu_evidence(RESULTS)
+    for version in ("0.26.0", "0.33.0"):
+        eager = ev[version].recall["eager"]
+        assert eager.passed and eager.faults == eager.faults_caught == 5 and eager.longest == 131072
+        assert eager.past_int32
+        assert ev[version].recall["graph_mtp2"].passed

@@ -44,6 +44,8 @@ class ReleaseEvidence:
     capabilities: dict[str, int] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
     runs: int = 0
+    #: recall-model suites (`recall_run`), label -> the latest result's outcome
+    recall: dict[str, RecallOutcome] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One table cell: the configurations, the forced capability and the sessions."""
@@ -57,7 +59,90 @@ class ReleaseEvidence:
             parts.append(f"FAILED: {', '.join(c.label() for c in configs)} ({error})")
         forced = ", ".join(f"sm_{c.replace('.', '')} paths forced in {n}" for c, n in sorted(self.capabilities.items()))
         sessions = f"{len(self.sessions)} result folder" + ("" if len(self.sessions) == 1 else "s")
-        return f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {sessions})"
+        text = f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {sessions})" if self.runs else ""
+        if self.recall:
+            text = (text + "; " if text else "") + recall_summary(self.recall)
+        return text
+
+
+@dataclass(frozen=True)
+class RecallOutcome:
+    """One recall-model suite's latest result: what ran (config, longest context, KV block offsets) and its outcome."""
+
+    label: str
+    config: str
+    passed: bool
+    faults_caught: int
+    faults: int
+    longest: int
+    past_int32: bool
+    error: str = ""
+    folder: str = ""
+
+
+#: elements of one sparse-MLA KV token (kv_lora 512 + rope 64): the first free block's element offset after the
+#: rotation is block id * block size * this
+_MLA_TOKEN_ELEMENTS = 576
+
+
+def _recall_outcome(data: dict, folder: str) -> RecallOutcome:
+    suite = data["suite"]
+    mode = "eager" if suite.get("eager", True) else "graphs" + ("" if suite.get("compilation") else "+Inductor")
+    config = mode + (f"+MTP{suite['mtp']}" if suite.get("mtp") else "")
+    fault_checks = [ok for check, ok in data.get("checks", []) if check.startswith("fault ")]
+    rotation = data.get("rotation") or {}
+    first = rotation.get("first_free_block_id") or 0
+    past = first * int(suite.get("block_size", 64)) * _MLA_TOKEN_ELEMENTS >= 2**31
+    error = _root_cause([data["error"]]) if data.get("error") else ""
+    return RecallOutcome(
+        suite["label"],
+        config,
+        bool(data.get("passed")),
+        sum(fault_checks),
+        len(fault_checks),
+        max(suite.get("lengths") or [0]),
+        past,
+        error,
+        folder,
+    )
+
+
+def recall_summary(outcomes: dict[str, RecallOutcome]) -> str:
+    """The recall model's part of a GPU cell: configurations as predicted (faults caught), and failures."""
+    ok = [o for o in outcomes.values() if o.passed]
+    bad = [o for o in outcomes.values() if not o.passed]
+    parts = []
+    if ok:
+        items = [o.config + (f" ({o.faults_caught} of {o.faults} faults caught)" if o.faults else "") for o in ok]
+        longest = max(o.longest for o in ok)
+        past = " KV offsets past 2**31," if all(o.past_int32 for o in ok) else ""
+        parts.append(f"as predicted: {', '.join(sorted(items))} (contexts to {longest:,},{past} ")
+        parts[-1] = parts[-1].rstrip(", ") + ")"
+    for o in sorted(bad, key=lambda o: o.config):
+        parts.append(f"FAILED: {o.config} ({o.error or 'a check did not hold'})")
+    return "recall model at GLM-5's per-layer shape: " + "; ".join(parts)
+
+
+def _collect_recall(results_dir: Path, evidence: dict[str, ReleaseEvidence]) -> None:
+    """Recall-model results (`*/recall/*.json`, written by `recall_run`): per version and suite, the latest
+    folder's, a pass outranking a failure within a folder."""
+    for path in sorted(results_dir.glob("*/recall/*.json")):
+        try:
+            data = json.loads(path.read_text())
+            version = data.get("vllm_version")
+            outcome = _recall_outcome(data, path.parent.parent.name)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ComposeError(
+                f"cannot read a recall result: {exc}",
+                file=str(path),
+                hint="recall results are written by vllm-compose prove / lab/device/prove.py; fix or remove this one",
+            ) from None
+        if not version:
+            continue  # the engine never imported vLLM: nothing about a release
+        ev = evidence.setdefault(version, ReleaseEvidence(version))
+        old = ev.recall.get(outcome.label)
+        if old is None or (outcome.folder, outcome.passed) >= (old.folder, old.passed):
+            ev.recall[outcome.label] = outcome
 
 
 def _verdict_ok(verdict: dict | None) -> bool:
@@ -127,4 +212,5 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
             ev.failed[config] = cause
         else:
             getattr(ev, outcome).add(config)
+    _collect_recall(results_dir, evidence)
     return evidence
