@@ -92,6 +92,9 @@ class AmpereGateReport:
     environment: dict[str, Any] | None = None
     #: whether the tree relays the IndexCache top-k across PP stages (topk_relay.TopkCrossing); reported, not judged
     topk_relay: Any = None
+    #: the DSA-path kernels' pointer offsets that multiply 32-bit values (int32_offsets.Int32Offset), from the
+    #: tree's source and the derived launches' argument types; reported, not judged
+    int32_offsets: list[Any] = field(default_factory=list)
 
     @property
     def missing_methods(self) -> list[tuple[str, str, str]]:
@@ -119,6 +122,7 @@ class AmpereGateReport:
             "coverage_check": self.coverage_check.to_json() if self.coverage_check else None,
             "environment": self.environment,
             "topk_relay": self.topk_relay.to_json() if self.topk_relay is not None else None,
+            "int32_offsets": [o.to_json() for o in self.int32_offsets],
         }
 
 
@@ -133,6 +137,18 @@ def _verdicts(records: list[dict[str, Any]], results: list[GateResult], target: 
     return out
 
 
+def _dsa_signatures(records: list[dict[str, Any]], into: dict[str, dict[str, str]]) -> None:
+    """Each DSA-path kernel's argument types over its derived launches; an argument any launch passes as i32 stays
+    i32 (that launch computes its offsets in 32 bits)."""
+    for rec in records:
+        if not rec["module"].endswith(DSA_PATH_MODULES):
+            continue
+        sig = into.setdefault(f"{rec['module']}.{rec['qualname']}", {})
+        for arg, typ in (rec.get("specialization", {}).get("signature") or {}).items():
+            if sig.get(arg) != "i32":
+                sig[arg] = typ
+
+
 def derive_and_compile(
     tree: Path, label: str = "", capabilities: tuple[tuple[int, int], ...] = CAPABILITIES
 ) -> dict[str, Any]:
@@ -142,6 +158,7 @@ def derive_and_compile(
     kernels: list[KernelVerdict] = []
     drivers: dict[str, list[dict[str, Any]]] = {}
     derived: dict[str, int] = {}
+    signatures: dict[str, dict[str, str]] = {}
     for cap in capabilities:
         derivation: Derivation = derive_launches(tree, cap, label=label)
         target, warp_size = compile_target(cap)
@@ -151,15 +168,17 @@ def derive_and_compile(
         finally:
             loader.close()
         kernels += _verdicts(derivation.records, results, target)
+        _dsa_signatures(derivation.records, signatures)
         drivers[f"sm_{target}"] = [o.to_dict() for o in derivation.outcomes]
         derived[f"sm_{target}"] = len(derivation.records)
     kernels.sort(key=lambda k: (k.module, k.qualname, k.target))
-    return {"kernels": [k.to_dict() for k in kernels], "drivers": drivers, "derived": derived}
+    return {"kernels": [k.to_dict() for k in kernels], "drivers": drivers, "derived": derived, "signatures": signatures}
 
 
 def _report(label: str, result: dict[str, Any], tree: Path) -> AmpereGateReport:
     from ..trees import DirTree
     from .impl_contract import impl_contracts
+    from .int32_offsets import scan_tree
 
     report = AmpereGateReport(label or str(tree))
     report.kernels = [KernelVerdict.from_dict(k) for k in result["kernels"]]
@@ -167,6 +186,7 @@ def _report(label: str, result: dict[str, Any], tree: Path) -> AmpereGateReport:
     report.derived = dict(result["derived"])
     report.environment = result.get("environment")
     report.contracts = impl_contracts(DirTree(tree))
+    report.int32_offsets = scan_tree(DirTree(tree), result.get("signatures", {}))
     return report
 
 
@@ -315,6 +335,7 @@ def render(report: AmpereGateReport) -> str:
         lines.append(f"derived in the gate's environment {Path(report.environment['python']).parents[1]} ({versions})")
     if report.topk_relay is not None:
         lines.append(f"PP top-k relay (IndexCache, not judged by this gate): {report.topk_relay.summary()}")
+    lines += int32_offset_lines(report.int32_offsets)
     check = report.coverage_check
     if check is not None:
         lines += check.lines()
@@ -329,6 +350,20 @@ def render(report: AmpereGateReport) -> str:
         + reach
     )
     return "\n".join(lines) + "\n"
+
+
+def int32_offset_lines(offsets: list[Any]) -> list[str]:
+    """The int32 offsets per kernel: which pointer each offsets and the 32-bit arguments it multiplies."""
+    if not offsets:
+        return ["int32 offsets (not judged by this gate): none on the DSA path"]
+    per: dict[str, list[str]] = {}
+    for o in offsets:
+        per.setdefault(o.kernel.rsplit(".", 1)[-1], []).append(f"{o.pointer} ({' x '.join(o.arguments)})")
+    lines = [
+        f"int32 offsets (not judged by this gate; safe while the tensor stays below 2**31 elements): {len(offsets)}"
+    ]
+    lines += [f"  {kernel}: {', '.join(dict.fromkeys(items))}" for kernel, items in sorted(per.items())]
+    return lines
 
 
 def write_report(path: Path, report: AmpereGateReport) -> None:

@@ -127,22 +127,26 @@ def _collect_recall(results_dir: Path, evidence: dict[str, ReleaseEvidence]) -> 
     """Recall-model results (`*/recall/*.json`, written by `recall_run`): per version and suite, the latest
     folder's, a pass outranking a failure within a folder."""
     for path in sorted(results_dir.glob("*/recall/*.json")):
-        try:
-            data = json.loads(path.read_text())
-            version = data.get("vllm_version")
-            outcome = _recall_outcome(data, path.parent.parent.name)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ComposeError(
-                f"cannot read a recall result: {exc}",
-                file=str(path),
-                hint="recall results are written by vllm-compose prove / lab/device/prove.py; fix or remove this one",
-            ) from None
+        version, outcome = _read(
+            path,
+            lambda data, folder=path.parent.parent.name: (data.get("vllm_version"), _recall_outcome(data, folder)),
+            "a recall result",
+            "recall results are written by vllm-compose prove / lab/device/prove.py; fix or remove this one",
+        )
         if not version:
             continue  # the engine never imported vLLM: nothing about a release
         ev = evidence.setdefault(version, ReleaseEvidence(version))
         old = ev.recall.get(outcome.label)
         if old is None or (outcome.folder, outcome.passed) >= (old.folder, old.passed):
             ev.recall[outcome.label] = outcome
+
+
+def _read(path: Path, parse, what: str, hint: str):
+    """`parse` of the JSON in `path`; a file that cannot be read or parsed is a ComposeError naming it."""
+    try:
+        return parse(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ComposeError(f"cannot read {what}: {exc}", file=str(path), hint=hint) from None
 
 
 def _verdict_ok(verdict: dict | None) -> bool:
@@ -174,15 +178,12 @@ def collect_gpu_evidence(results_dir: Path) -> dict[str, ReleaseEvidence]:
     #: (version, config) -> ((session, rank), outcome, root cause)
     latest: dict[tuple[str, RunConfig], tuple[tuple[str, int], str, str]] = {}
     for path in sorted(results_dir.glob("*/*results.json")):
-        try:
-            data = json.loads(path.read_text())
-            runs, verdicts = data["runs"], data.get("verdicts", {})
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ComposeError(
-                f"cannot read GPU results: {exc}",
-                file=str(path),
-                hint="results files are written by lab/device/collect.py; fix or remove this one",
-            ) from None
+        runs, verdicts = _read(
+            path,
+            lambda data: (data["runs"], data.get("verdicts", {})),
+            "GPU results",
+            "results files are written by lab/device/collect.py; fix or remove this one",
+        )
         session = path.parent.name
         for label, run in runs.items():
             if label.startswith("stock") or "vllm_version" not in run:
