@@ -97,6 +97,7 @@ def test_prediction_walks_the_prompts_cycle(tiny):
     assert want[spec.chain] == want[0]
 
 
+@pytest.mark.slow  # the fp32 reference recomputes the whole sequence per token (seconds each)
 def test_reference_gives_the_predicted_tokens_with_the_designed_margin(tiny):
     spec, _t, ref, prompts = tiny
     for p in prompts:
@@ -107,6 +108,7 @@ def test_reference_gives_the_predicted_tokens_with_the_designed_margin(tiny):
         assert abs((top.values[0] - top.values[1]) - spec.head_logit) < 0.1 * spec.head_logit
 
 
+@pytest.mark.slow  # the fp32 reference recomputes the whole sequence per token (seconds each)
 def test_the_same_last_token_has_different_successors_in_different_prompts(tiny):
     spec, _t, ref, _p = tiny
     a, b = rm.make_prompts(spec, [120, 150], seed=7)
@@ -119,6 +121,7 @@ def test_the_same_last_token_has_different_successors_in_different_prompts(tiny)
     assert a.successor(a.cycle[0]) != b.successor(a.cycle[0])
 
 
+@pytest.mark.slow  # the fp32 reference recomputes the whole sequence per token (seconds each)
 @pytest.mark.parametrize("fault", [f for f in Fault if f is not Fault.NONE])
 def test_every_fault_changes_the_tokens(tiny, fault):
     spec, _t, ref, prompts = tiny
@@ -130,12 +133,14 @@ def test_every_fault_changes_the_tokens(tiny, fault):
     assert spec.fallback_token in got
 
 
+@pytest.mark.slow  # the fp32 reference recomputes the whole sequence per token (seconds each)
 def test_a_fault_in_another_layer_changes_nothing(tiny):
     spec, _t, ref, prompts = tiny
     got = ref.generate(list(prompts[0].tokens), TOKENS, fault=Fault.ZERO_OUTPUT, recall_layer=spec.recall_layer + 1)
     assert got == rm.predict(spec, prompts[0], TOKENS)
 
 
+@pytest.mark.slow  # the fp32 reference recomputes the whole sequence per token (seconds each)
 def test_mtp_layer_drafts_the_successor_of_the_token_just_sampled(tiny):
     spec, _t, ref, prompts = tiny
     p = prompts[0]
@@ -255,3 +260,39 @@ def test_engine_hook_refuses_a_model_without_the_layer_or_the_buffer():
     model.buf = None
     with pytest.raises(engine_faults.EngineFaultError, match="topk_indices_buffer"):
         engine_faults.install(model, "shift", 3)
+
+
+def test_topk_probe_accepts_the_designed_selection_and_rejects_a_shifted_one(tiny):
+    from vllm_compose.validation.recall_run import topk_probe
+
+    spec, _t, ref, prompts = tiny
+    p = prompts[0]
+    want = rm.predict(spec, p, TOKENS)
+    rows = ref.topk_rows(list(p.tokens) + want[:-1], spec.recall_layer)
+    forwards = [[rows[len(p.tokens) + k].tolist()] for k in range(TOKENS - 1)]
+    probe = topk_probe(spec, p, want, forwards)
+    assert probe["ok"] and probe["steps"] == TOKENS - 1 and probe["designed_key_held"] == TOKENS - 1
+    shifted = [[[i + 1 if i >= 0 else i for i in f[0]]] for f in forwards]
+    bad = topk_probe(spec, p, want, shifted)
+    assert not bad["ok"] and bad["designed_key_held"] < TOKENS - 1
+    # a prefill-sized forward is not a step; no step at all is not a pass
+    assert not topk_probe(spec, p, want, [[[0], [1]]])["ok"]
+
+
+def test_planted_positions_know_their_keys(tiny):
+    spec, _t, _ref, prompts = tiny
+    p = prompts[0]
+    for key in range(spec.chain):
+        pos = p.planted_at_of(key)
+        assert p.tokens[pos] == spec.planted_token(key, p.successor(key))
+
+
+def test_engine_probe_records_decode_rows_only_and_changes_nothing():
+    model = _Model()
+    engine_faults.install_probe(model, 3, max_rows=2)
+    attn = model.model.layers[3].self_attn
+    attn(torch.zeros(3), torch.zeros(3, 8))  # a prefill-sized forward: not recorded
+    attn(torch.zeros(1), torch.zeros(1, 8))
+    rows = engine_faults.clear()["hooks"][0]["rows"]
+    assert rows == [model.buf[:1].tolist()]
+    assert torch.equal(attn.seen[-1], model.buf[:1])

@@ -122,9 +122,34 @@ def install(model: Any, fault: str, layer: int) -> dict:
     return info
 
 
+def install_probe(model: Any, layer: int, max_rows: int = 8) -> dict:
+    """Record (to the CPU) the top-k rows decoder layer `layer` reads, for each forward of at most `max_rows`
+    tokens (decode steps; prefill chunks are left out); `clear` returns them. Changes nothing."""
+    name, attn = _find(model, layer)
+    buf = _buffer(model, attn)
+    state: dict[str, Any] = {"calls": 0, "faulted": 0, "rows": []}
+
+    def pre(_mod, args, kwargs):
+        n = _tokens(args, kwargs)
+        state["calls"] += 1
+        if n <= max_rows:
+            state["rows"].append(buf[:n].cpu().tolist())
+        return None
+
+    _HANDLES.append(attn.register_forward_pre_hook(pre, with_kwargs=True))
+    _STATES.append(state)
+    return {"probe": name, "layer": layer, "buffer": {"shape": list(buf.shape), "dtype": str(buf.dtype)}}
+
+
 def clear(_model: Any = None) -> dict:
-    """Remove every hook `install` added in this process; returns the top-k hooks' counters (calls, faulted)."""
-    out = [{"calls": st["calls"], "faulted": st["faulted"]} for st in _STATES]
+    """Remove every hook `install` / `install_probe` added in this process; returns the top-k hooks' counters
+    (calls, faulted) and, for a probe, the rows it recorded (per forward, per token)."""
+    out = []
+    for st in _STATES:
+        entry = {"calls": st["calls"], "faulted": st["faulted"]}
+        if "rows" in st:
+            entry["rows"] = st["rows"]
+        out.append(entry)
     for handle in _HANDLES:
         handle.remove()
     _HANDLES.clear()

@@ -271,6 +271,20 @@ class RecallPrompt:
     tokens: tuple[int, ...]
     cycle: tuple[int, ...]
     planted_at: tuple[int, ...]
+    #: the (key, value) chain indices of the token at each planted position
+    edges: tuple[tuple[int, int], ...] = ()
+
+    def planted_at_of(self, key: int) -> int:
+        """The position of the planted token whose key is chain token a_key."""
+        k = self.cycle.index(key)
+        want = (key, self.cycle[(k + 1) % len(self.cycle)])
+        for pos in self.planted_at:
+            if self._edge_of(pos) == want:
+                return pos
+        raise RecallModelError(f"no planted token keyed by a_{key}")
+
+    def _edge_of(self, pos: int) -> tuple[int, int]:
+        return self.edges[self.planted_at.index(pos)]
 
     def successor(self, chain_index: int) -> int:
         k = self.cycle.index(chain_index)
@@ -305,10 +319,12 @@ def make_prompts(spec: RecallSpec, lengths: list[int], seed: int = 0, far: int |
         cycle = tuple(int(x) for x in rng.permutation(spec.chain))
         toks = [spec.filler_token(int(f)) for f in rng.integers(0, spec.fillers, size=length)]
         order = rng.permutation(spec.chain)  # which cycle edge goes where: not in cycle order
+        edges = []
         for pos, k in zip(at, order, strict=True):
-            toks[pos] = spec.planted_token(cycle[k], cycle[(k + 1) % spec.chain])
+            edges.append((cycle[k], cycle[(k + 1) % spec.chain]))
+            toks[pos] = spec.planted_token(*edges[-1])
         toks[-1] = spec.chain_token(cycle[0])
-        out.append(RecallPrompt(tuple(toks), cycle, tuple(at)))
+        out.append(RecallPrompt(tuple(toks), cycle, tuple(at), tuple(edges)))
     return out
 
 

@@ -160,6 +160,35 @@ def _judge(spec: RecallSpec, prompts, got: list[list[int]], max_tokens: int) -> 
     return out
 
 
+def topk_probe(spec: RecallSpec, prompt, tokens: list[int], forwards: list[list[list[int]]]) -> dict:
+    """Judge the recall layer's top-k rows of a one-request generation (`engine_faults.install_probe`): the decode
+    step whose input is chain token a_c must select the position of the planted token keyed by a_c, and no other
+    planted token (the indexer ranks those last). `forwards` holds one row per decode forward (a one-request decode
+    forward has one row); the k-th is the step whose input is `tokens[k]`."""
+    key_pos = {prompt.cycle[k]: prompt.planted_at_of(prompt.cycle[k]) for k in range(spec.chain)}
+    planted = set(prompt.planted_at)
+    steps = [f[0] for f in forwards if len(f) == 1]
+    held, wrong, extra = 0, [], 0
+    for k, row in enumerate(steps[: len(tokens)]):
+        chain = tokens[k] - spec.chain_token(0)
+        want = key_pos.get(chain)
+        chosen = set(row) & planted
+        if want is not None and want in chosen:
+            held += 1
+        else:
+            wrong.append(k)
+        extra += len(chosen - {want})
+    n = min(len(steps), len(tokens))
+    return {
+        "steps": n,
+        "designed_key_held": held,
+        "steps_without_it": wrong[:8],
+        "other_planted_selected": extra,
+        "topk_width": len(steps[0]) if steps else 0,
+        "ok": n > 0 and held == n and extra == 0,
+    }
+
+
 def _spec_metrics(llm) -> dict:
     out: dict = {}
     try:
@@ -224,6 +253,15 @@ def run_suite(suite: Suite) -> dict:
             judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
             result["after_faults"] = {"prompts": judged}
             result["checks"].append(("clean again after the faults", all(p["as_predicted"] for p in judged)))
+            # the recall layer's top-k, step by step, for one request: the designed key and no other planted token
+            llm.apply_model(functools.partial(engine_faults.install_probe, layer=spec.recall_layer))
+            got = _generate(llm, fprompts[:1], suite.fault_max_tokens)
+            rows = llm.apply_model(engine_faults.clear)[0]["hooks"][0]["rows"]
+            probe = topk_probe(spec, fprompts[0], got[0], rows)
+            result["topk_probe"] = probe
+            result["checks"].append(
+                ("the recall layer's top-k holds the designed key and no other planted token", probe["ok"])
+            )
         result["ok"] = True
     except BaseException as exc:  # an engine failure is the result
         result["ok"] = False
