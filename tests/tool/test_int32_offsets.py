@@ -82,9 +82,9 @@ def test_scan_tree_finds_the_kernel_by_module_and_reports_lines(tmp_path):
     (tmp_path / "vllm" / "ops" / "k.py").write_text(PAGED.replace("CAST", "").replace("WIDEN", ""))
     found = scan_tree(DirTree(tmp_path), {"vllm.ops.k.paged": SIG, "vllm.ops.gone.x": {}})
     by_kernel = {(o.kernel, o.pointer): o for o in found}
-    direct = by_kernel["vllm.ops.k.paged", "kv_ptr"]
+    direct = by_kernel["vllm.ops.k:paged", "kv_ptr"]
     assert direct.line == 16 and direct.expression == "block * stride_block"
-    assert by_kernel["vllm.ops.k.paged > _helper", "kv_ptr"].line == 9
+    assert by_kernel["vllm.ops.k:paged > _helper", "kv_ptr"].line == 9
 
 
 def test_signatures_keep_i32_when_any_launch_passes_it():

@@ -358,7 +358,7 @@ def int32_offset_lines(offsets: list[Any]) -> list[str]:
         return ["int32 offsets (not judged by this gate): none on the DSA path"]
     per: dict[str, list[str]] = {}
     for o in offsets:
-        per.setdefault(o.kernel.rsplit(".", 1)[-1], []).append(f"{o.pointer} ({' x '.join(o.arguments)})")
+        per.setdefault(o.kernel.split(":", 1)[-1], []).append(f"{o.pointer} ({' x '.join(o.arguments)})")
     lines = [
         f"int32 offsets (not judged by this gate; safe while the tensor stays below 2**31 elements): {len(offsets)}"
     ]

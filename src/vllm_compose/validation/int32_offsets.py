@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 class Int32Offset:
     """One pointer offset that multiplies 32-bit values: the pointer argument, the source line, the arguments."""
 
+    #: "module:qualname" of the launched kernel, then " > helper" for an offset inside a helper it calls
     kernel: str
     pointer: str
     line: int
@@ -268,7 +269,7 @@ def scan_tree(tree, kernels: dict[str, dict[str, str]]) -> list[Int32Offset]:
             module = ast.parse(text)
             fn = _find_function(module, ".".join(parts[cut:]))
             if fn is not None:
-                out += scan_kernel(fn, signature, name, module)
+                out += scan_kernel(fn, signature, ".".join(parts[:cut]) + ":" + ".".join(parts[cut:]), module)
             break
     return out
 
