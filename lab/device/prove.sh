@@ -4,6 +4,8 @@
 #   lab/device/prove.sh SUITE...         run suites of vllm_compose.validation.proof.SUITES, one engine each,
 #                                        within VC_BUDGET_S (540)
 # Results: /tmp/vc/prove/LABEL.json (kept while the machine is warm), copied to $OUT.
+# VC_SM80_PTX=90: every Triton compile (vLLM's and Inductor's) targets sm_80 and is assembled for the H200
+# (lab/device/sitecustomize); the compiles are recorded and summarized into $OUT/sm80_ptx.json.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 S=${VC_STAGE_DEST:-/tmp/vc}
@@ -12,6 +14,7 @@ TREE=${VC_TREE:-composed}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$S/$TREE:$S/site:$REPO/lab/device/sitecustomize:$REPO/src" VC_SITE_DIRS="$S/site"
 export VC_FAKE_CAPABILITY=${VC_FAKE_CAPABILITY-8.0}
 mkdir -p "$S/prove" "${OUT:-/tmp/vc/out}"
+if [ -n "${VC_SM80_PTX:-}" ]; then export VC_RECORD_DIR="$S/prove/rec"; fi
 M=$S/recall
 for s in "$@"; do
   left=$(( BUDGET - ($(date +%s) - START) ))
@@ -26,5 +29,15 @@ for s in "$@"; do
   echo "rc=$? $(tail -1 "$S/prove/$s.log" | cut -c1-600)"
 done
 cp "$S"/prove/*.json "${OUT:-/tmp/vc/out}/" 2>/dev/null
+if [ -n "${VC_SM80_PTX:-}" ]; then
+  python3 - "$S/prove/rec" > "${OUT:-/tmp/vc/out}/sm80_ptx.json" <<'PY'
+import collections, json, pathlib, sys
+recs = [json.loads(x) for f in pathlib.Path(sys.argv[1]).glob("*.jsonl") for x in f.read_text().splitlines()]
+ptx = [r for r in recs if r.get("kind") == "sm80-ptx"]
+print(json.dumps({"compiles": len(ptx), "targets": collections.Counter(r["ptx_target"] for r in ptx),
+                  "hopper_only": sum(r["hopper_only_instructions"] for r in ptx),
+                  "kernels": sorted({r["kernel"] for r in ptx})}, indent=1))
+PY
+fi
 for f in "$S"/prove/*.log; do tail -c 4000 "$f" > "${OUT:-/tmp/vc/out}/$(basename "$f")"; done 2>/dev/null
 true

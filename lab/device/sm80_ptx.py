@@ -18,17 +18,9 @@ import re
 HOPPER_ONLY = re.compile(r"\b(wgmma\.|cp\.async\.bulk\.tensor|setmaxnreg)")
 
 
-def enable(records: list[dict]) -> None:
-    """Target sm_80 for every later compile in this process; append one record per compiled kernel to `records`."""
-    import torch
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-
-    major, minor = torch.cuda.get_device_capability()
-    device_arch = major * 10 + minor
-    active = driver.active
-    active.get_current_target = lambda: GPUTarget("cuda", 80, 32)
+def stage_hook(record, device_arch: int):
+    """A Triton `add_stages_inspection_hook`: keep the PTX stage of the sm_80 target, call `record` with one dict
+    per compiled kernel, and assemble the PTX for `device_arch` (the GPU present, e.g. 90)."""
 
     def hook(backend, stages, options, language, capability):
         make_ptx = stages["ptx"]
@@ -36,7 +28,7 @@ def enable(records: list[dict]) -> None:
         def ptx(src, metadata):
             text = make_ptx(src, metadata)
             target = re.search(r"\.target (sm_\d+\w*)", text)
-            records.append(
+            record(
                 {
                     "kernel": metadata.get("name"),
                     "ptx_target": target.group(1) if target else None,
@@ -49,4 +41,17 @@ def enable(records: list[dict]) -> None:
         stages["ptx"] = ptx
         stages["cubin"] = lambda src, metadata: backend.make_cubin(src, metadata, options, device_arch)
 
-    knobs.runtime.add_stages_inspection_hook = hook
+    return hook
+
+
+def enable(records: list[dict]) -> None:
+    """Target sm_80 for every later compile in this process; append one record per compiled kernel to `records`."""
+    import torch
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    major, minor = torch.cuda.get_device_capability()
+    active = driver.active
+    active.get_current_target = lambda: GPUTarget("cuda", 80, 32)
+    knobs.runtime.add_stages_inspection_hook = stage_hook(records.append, major * 10 + minor)

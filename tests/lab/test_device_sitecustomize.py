@@ -292,3 +292,62 @@ def test_run_all_fakes_only_ampere_capabilities():
     table = (HOOK_DIR.parent / "run_all.sh").read_text().split("TABLE='", 1)[1].split("'", 1)[0]
     faked = {row.split()[4] for row in table.splitlines() if row.strip()} - {"-"}
     assert faked and {facts.parse_capability(c) for c in faked} <= set(facts.CAPABILITIES), faked
+
+
+FAKE_TRITON = {
+    "triton/backends/compiler.py": "import collections\nGPUTarget = collections.namedtuple('GPUTarget', 'backend arch warp_size')\n",
+    "triton/backends/nvidia/driver.py": (
+        "from triton.backends.compiler import GPUTarget\n"
+        "class CudaDriver:\n"
+        "    def get_current_target(self):\n"
+        "        return GPUTarget('cuda', 90, 32)\n"
+    ),
+    "triton/knobs.py": "class _Runtime:\n    add_stages_inspection_hook = None\nruntime = _Runtime()\n",
+}
+
+SM80_PROGRAM = """
+from triton.backends.nvidia.driver import CudaDriver
+from triton import knobs
+print("target", CudaDriver().get_current_target().arch)
+class Backend:
+    def make_cubin(self, src, metadata, options, arch):
+        return f"cubin for sm_{arch} from {src}"
+stages = {"ptx": lambda src, md: ".version 8.0\\n.target sm_80\\n" + src, "cubin": None}
+knobs.runtime.add_stages_inspection_hook(Backend(), stages, {}, None, 80)
+ptx = stages["ptx"]("mma.sync", {"name": "k1"})
+print(stages["cubin"](ptx.splitlines()[-1], {"name": "k1"}))
+"""
+
+
+def test_sm80_ptx_targets_sm80_and_assembles_for_the_gpu_present(tmp_path):
+    fake = tmp_path / "fake"
+    _package(fake, FAKE_TRITON)
+    records = tmp_path / "rec"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake), str(HOOK_DIR)]),
+        "VC_SM80_PTX": "90",
+        "VC_RECORD_DIR": str(records),
+    }
+    env.pop("VC_FAKE_CAPABILITY", None)
+    proc = subprocess.run([sys.executable, "-c", SM80_PROGRAM], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["target 80", "cubin for sm_90 from mma.sync"]
+    lines = [json.loads(x) for f in records.glob("*.jsonl") for x in f.read_text().splitlines()]
+    [rec] = [r for r in lines if r["kind"] == "sm80-ptx"]
+    assert (rec["kernel"], rec["ptx_target"], rec["hopper_only_instructions"], rec["assembled_for"]) == (
+        "k1",
+        "sm_80",
+        False,
+        "sm_90",
+    )
+
+
+def test_sm80_ptx_without_an_architecture_stops_the_process(tmp_path):
+    fake = tmp_path / "fake"
+    _package(fake, FAKE_TRITON)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(HOOK_DIR)]), "VC_SM80_PTX": "yes"}
+    env.pop("VC_FAKE_CAPABILITY", None)
+    code = "import triton.knobs\nprint('ran')"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "VC_SM80_PTX='yes'" in proc.stderr and "ran" not in proc.stdout

@@ -33,6 +33,12 @@ VC_CHECK_TOKEN_IDS=async the same checks without a synchronization (a race hidde
                          {"kind": "tally", ...} (lab/device/validate.py calls it in every worker after generating,
                          through collective_rpc with a function: VLLM_ALLOW_INSECURE_SERIALIZATION=1, as run_all.sh
                          sets it). Session 3 ran it: 0 bad values in the 9 generations it watched (none failed).
+VC_SM80_PTX=90          every Triton compile of the process (vLLM's kernels and Inductor's alike) targets sm_80 (the
+                         driver's current target answers capability 80, so layouts, LLVM and the PTX's `.target` are
+                         sm_80's) and its PTX is assembled for the GPU named by the value (90: an H200), as the
+                         driver's JIT does for a PTX-only image: an A100's instructions, run on Hopper. Uses
+                         lab/device/sm80_ptx.py (loaded by its path); with VC_RECORD_DIR each compile is recorded
+                         ({"kind": "sm80-ptx", "kernel", "ptx_target", "hopper_only_instructions", ...}).
 VC_PP_SAME_STREAM=1      the V2 runner's PP sampled-token broadcasts (`pp_utils.PPHandler`) run on the main stream
                          instead of their side stream: if a failure goes away, it is a race with that stream.
 """
@@ -55,6 +61,7 @@ _CHECK_IDS = os.environ.get("VC_CHECK_TOKEN_IDS") in ("1", "async")
 _ASYNC = os.environ.get("VC_CHECK_TOKEN_IDS") == "async"
 _SAME_STREAM = os.environ.get("VC_PP_SAME_STREAM") == "1"
 _RECORD_DIR = os.environ.get("VC_RECORD_DIR")
+_SM80_PTX = os.environ.get("VC_SM80_PTX")
 _seen_callers = set()
 
 
@@ -328,8 +335,38 @@ def _patch_model_init(module):
     _record({"kind": "patched", "what": module.__name__, "pid": os.getpid()})
 
 
+def _sm80_ptx_module():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # lab/device, beside this folder
+    spec = importlib.util.spec_from_file_location("_vc_sm80_ptx", os.path.join(here, "sm80_ptx.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _patch_triton_target(module):
+    """`triton.backends.nvidia.driver`: the current target is sm_80 whatever the GPU (VC_SM80_PTX)."""
+    from triton.backends.compiler import GPUTarget
+
+    module.CudaDriver.get_current_target = lambda self: GPUTarget("cuda", 80, 32)
+
+
+def _patch_triton_stages(module):
+    """`triton.knobs`: assemble every sm_80 PTX for the GPU present (VC_SM80_PTX)."""
+
+    if not _SM80_PTX.isdigit():  # raised into the importer of Triton: the run stops instead of taking sm_90
+        raise ValueError(f"VC_SM80_PTX={_SM80_PTX!r}: give the GPU's architecture to assemble for, e.g. 90")
+
+    def record(entry):
+        _record({"kind": "sm80-ptx", **entry, "pid": os.getpid()})
+
+    module.runtime.add_stages_inspection_hook = _sm80_ptx_module().stage_hook(record, int(_SM80_PTX))
+
+
 #: module name -> function patching it right after it executes
 _PATCHES = {}
+if _SM80_PTX:
+    _PATCHES["triton.backends.nvidia.driver"] = _patch_triton_target
+    _PATCHES["triton.knobs"] = _patch_triton_stages
 if _RECORD_DIR:
     # which model classes the run built (the DSA path of the release must be the one that ran)
     _PATCHES["vllm.model_executor.model_loader.utils"] = _patch_model_init
@@ -368,8 +405,8 @@ class _PatchAfterExec(importlib.abc.MetaPathFinder):
             try:
                 patch(module)
             except Exception as exc:  # a diagnostic must not change the run it observes
-                if name == "vllm.platforms.cuda":
-                    raise
+                if name in ("vllm.platforms.cuda", "triton.backends.nvidia.driver", "triton.knobs"):
+                    raise  # these change what runs: a silent failure would let the run claim a path it did not take
                 _record({"kind": "patch-failed", "what": name, "error": repr(exc), "pid": os.getpid()})
 
         loader.exec_module = exec_module
