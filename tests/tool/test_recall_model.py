@@ -296,3 +296,17 @@ def test_engine_probe_records_decode_rows_only_and_changes_nothing():
     rows = engine_faults.clear()["hooks"][0]["rows"]
     assert rows == [model.buf[:1].tolist()]
     assert torch.equal(attn.seen[-1], model.buf[:1])
+
+
+def test_draft_judgement_reads_the_counters():
+    from vllm_compose.validation.recall_run import judge_drafts
+
+    shared = judge_drafts(
+        {"vllm:spec_decode_num_drafts": 64, "vllm:spec_decode_num_accepted_tokens_per_pos": [64, 0]}, 2
+    )
+    assert shared["first_all_accepted"] and shared["later_steps"].startswith("every later draft rejected")
+    own = judge_drafts({"vllm:spec_decode_num_drafts": 44, "vllm:spec_decode_num_accepted_tokens_per_pos": [44, 44]}, 2)
+    assert own["first_all_accepted"] and own["later_steps"].startswith("every later draft accepted")
+    missed = judge_drafts({"vllm:spec_decode_num_drafts": 64, "vllm:spec_decode_num_accepted_tokens_per_pos": [60]}, 1)
+    assert not missed["first_all_accepted"]
+    assert not judge_drafts({}, 1)["first_all_accepted"]  # no counters: not a pass

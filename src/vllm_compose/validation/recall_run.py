@@ -189,6 +189,33 @@ def topk_probe(spec: RecallSpec, prompt, tokens: list[int], forwards: list[list[
     }
 
 
+def judge_drafts(metrics: dict, mtp: int) -> dict:
+    """The MTP counters against the design: the MTP layer recalls the successor of the token just sampled, so every
+    first draft is right; a later draft step is right only if it computes its own top-k (with GLM-5's
+    `index_share_for_mtp_iteration` applied it reuses the first step's, which holds the wrong planted token)."""
+
+    def pick(suffix: str):
+        return next((v for k, v in metrics.items() if k.endswith(suffix)), None)
+
+    drafts = pick("spec_decode_num_drafts")
+    per_pos = pick("spec_decode_num_accepted_tokens_per_pos") or []
+    later = list(per_pos[1:mtp])
+    if not later:
+        steps = "n/a (one draft token)"
+    elif all(n == drafts for n in later):
+        steps = "every later draft accepted: each draft step computed its own top-k"
+    elif all(n == 0 for n in later):
+        steps = "every later draft rejected: the draft steps shared the first step's top-k"
+    else:
+        steps = "later drafts partly accepted"
+    return {
+        "drafts": drafts,
+        "accepted_per_position": per_pos,
+        "first_all_accepted": bool(drafts) and bool(per_pos) and per_pos[0] == drafts,
+        "later_steps": steps,
+    }
+
+
 def _spec_metrics(llm) -> dict:
     out: dict = {}
     try:
@@ -231,6 +258,12 @@ def run_suite(suite: Suite) -> dict:
             ("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"]))
         )
         result["spec_metrics"] = _spec_metrics(llm)
+        if suite.mtp:
+            drafts = judge_drafts(result["spec_metrics"], suite.mtp)
+            result["drafts"] = drafts
+            result["checks"].append(
+                ("every first draft accepted (the MTP layer's recall)", drafts["first_all_accepted"])
+            )
         if suite.fault_lengths and suite.eager:
             fprompts = make_prompts(spec, suite.fault_lengths, seed=suite.seed + 1)
             result["faults"] = {}
