@@ -27,16 +27,19 @@ def main() -> int:
     m = sub.add_parser("model")
     m.add_argument("--out", required=True)
     m.add_argument("--tiny", action="store_true")
+    m.add_argument("--moe-quant", default="", help="'' or w4a16")
     s = sub.add_parser("suite")
     s.add_argument("name")
     s.add_argument("--model", required=True)
     s.add_argument("--out", required=True)
     args = ap.parse_args()
     if args.cmd == "model":
+        import dataclasses
+
         from vllm_compose.validation.recall_model import glm5_spec, tiny_spec, write_checkpoint
 
         t0 = time.perf_counter()
-        spec = tiny_spec() if args.tiny else glm5_spec()
+        spec = dataclasses.replace(tiny_spec() if args.tiny else glm5_spec(), moe_quant=args.moe_quant)
         write_checkpoint(spec, Path(args.out), device="cuda")
         print(json.dumps({"model": args.out, "write_s": round(time.perf_counter() - t0, 1)}))
         return 0

@@ -15,11 +15,12 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$S/$TREE:$S/site:$REPO/lab/device/sitecust
 export VC_FAKE_CAPABILITY=${VC_FAKE_CAPABILITY-8.0}
 mkdir -p "$S/prove" "${OUT:-/tmp/vc/out}"
 if [ -n "${VC_SM80_PTX:-}" ]; then export VC_RECORD_DIR="$S/prove/rec"; fi
-M=$S/recall
+M=${VC_RECALL_MODEL:-$S/recall}  # VC_RECALL_MODEL=$S/recall_w4 VC_MOE_QUANT=w4a16: the int4-expert variant
 for s in "$@"; do
   left=$(( BUDGET - ($(date +%s) - START) ))
   if [ "$s" = model ]; then
-    [ -f "$M/config.json" ] || python3 "$REPO/lab/device/prove.py" model --out "$M" 2>&1 | tail -3
+    [ -f "$M/config.json" ] || python3 "$REPO/lab/device/prove.py" model --out "$M" --moe-quant "${VC_MOE_QUANT:-}" \
+      2>&1 | tail -3
     continue
   fi
   if [ "$left" -lt 90 ]; then echo "SKIP $s (time)"; continue; fi

@@ -409,6 +409,12 @@ def _prove_parser(sub) -> None:
     )
     pr.add_argument("--list", action="store_true", help="list the suites and exit")
     pr.add_argument("--shape", choices=("glm5", "tiny"), default="glm5", help="the model written (default glm5)")
+    pr.add_argument(
+        "--moe-quant",
+        choices=("none", "w4a16"),
+        default="none",
+        help="routed experts as written: bf16 (default) or compressed-tensors int4 (Marlin on sm_80)",
+    )
     pr.add_argument("--out", type=Path, default=Path("prove-results"), metavar="DIR", help="default prove-results/")
     pr.add_argument("--timeout", type=float, metavar="S", help="seconds per suite (default: none)")
 

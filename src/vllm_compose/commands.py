@@ -487,8 +487,9 @@ def prove(args) -> int:
     names = args.suite or list(proof.DEFAULT_SUITES)
     for name in names:
         proof.suite(name, args.model_dir)  # an unknown name stops before the model is written
-    if proof.ensure_model(args.model_dir, args.shape):
-        print(f"wrote the {args.shape} recall model to {args.model_dir}")
+    quant = "" if args.moe_quant == "none" else args.moe_quant
+    if proof.ensure_model(args.model_dir, args.shape, quant):
+        print(f"wrote the {args.shape} recall model{f' ({quant} experts)' if quant else ''} to {args.model_dir}")
 
     def done(result: dict) -> None:
         label = result["suite"]["label"]

@@ -96,3 +96,12 @@ def test_a_stale_result_is_not_read_as_this_runs(tmp_path):
     python = _fake_python(tmp_path, "sys.exit(1)\n")
     [result] = proof.run(tmp_path / "m", ["eager"], out, python=python)
     assert result["passed"] is False and "no result written (exit 1)" in result["error"]
+
+
+def test_a_model_of_another_variant_is_refused(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    model = tmp_path / "m"
+    assert proof.ensure_model(model, "tiny") is True
+    with pytest.raises(proof.ProofError, match="moe_quant '', not 'w4a16'"):
+        proof.ensure_model(model, "tiny", "w4a16")

@@ -310,3 +310,43 @@ def test_draft_judgement_reads_the_counters():
     missed = judge_drafts({"vllm:spec_decode_num_drafts": 64, "vllm:spec_decode_num_accepted_tokens_per_pos": [60]}, 1)
     assert not missed["first_all_accepted"]
     assert not judge_drafts({}, 1)["first_all_accepted"]  # no counters: not a pass
+
+
+def test_w4_packing_puts_input_k_at_bits_4k_offset_by_8_and_round_trips():
+    w = torch.zeros(2, 128)
+    w[0, :8] = torch.tensor([-7.0, -1, 0, 1, 2, 3, 4, 7]) * 0.5  # group max 3.5 -> scale 0.5
+    w[1, 9] = -3.5
+    q = rm.quantize_w4(w)
+    assert q["weight_packed"].dtype == torch.int32 and q["weight_packed"].shape == (2, 16)
+    assert q["weight_scale"].tolist() == [[0.5], [0.5]] and q["weight_shape"].tolist() == [2, 128]
+    word = int(q["weight_packed"][0, 0]) & 0xFFFFFFFF
+    assert [(word >> (4 * k)) & 0xF for k in range(8)] == [1, 7, 8, 9, 10, 11, 12, 15]
+    assert (int(q["weight_packed"][1, 1]) >> 4) & 0xF == 1  # input 9: word 1, bits 4..7, -7 + 8
+    assert torch.equal(rm.dequantize_w4(q), w)
+    x = torch.randn(64, 256)
+    err = (rm.dequantize_w4(rm.quantize_w4(x)) - x).abs().max() / x.abs().max()
+    assert err < 1 / 14 + 1e-3  # half a step of 7 levels (scale rounded to bf16)
+
+
+def test_a_w4a16_checkpoint_quantizes_the_routed_experts_only(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors.torch import load_file
+
+    spec = dataclasses.replace(rm.tiny_spec(), moe_quant="w4a16")
+    spec = rm.with_shape(spec, moe_intermediate_size=128)
+    rm.write_checkpoint(spec, tmp_path)
+    cfg = __import__("json").loads((tmp_path / "config.json").read_text())["quantization_config"]
+    assert cfg["config_groups"]["group_0"]["weights"]["num_bits"] == 4 and "re:.*self_attn.*" in cfg["ignore"]
+    tensors = {}
+    for f in tmp_path.glob("*.safetensors"):
+        tensors.update(load_file(str(f)))
+    e = "model.layers.1.mlp.experts.0.down_proj"
+    assert f"{e}.weight" not in tensors and tensors[f"{e}.weight_packed"].dtype == torch.int32
+    assert tensors["model.layers.1.mlp.shared_experts.down_proj.weight"].dtype == torch.bfloat16
+    assert tensors["model.layers.3.self_attn.o_proj.weight"].dtype == torch.bfloat16
+    assert rm.spec_from_json(__import__("json").loads((tmp_path / "recall_spec.json").read_text())) == spec
+
+
+def test_an_unknown_quantization_is_refused():
+    with pytest.raises(rm.RecallModelError, match="moe_quant must be"):
+        dataclasses.replace(rm.tiny_spec(), moe_quant="int3").validate()

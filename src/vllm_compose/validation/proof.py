@@ -59,7 +59,7 @@ def suite(name: str, model_dir: Path, **changes: Any) -> Suite:
     return Suite(label=name, model_dir=str(model_dir), **fields)
 
 
-def ensure_model(model_dir: Path, shape: str = "glm5") -> bool:
+def ensure_model(model_dir: Path, shape: str = "glm5", moe_quant: str = "") -> bool:
     """Write the recall checkpoint into `model_dir` unless one is there; True if it was written.
 
     Needs torch and safetensors (the serving environment has both); uses the GPU when there is one."""
@@ -68,12 +68,17 @@ def ensure_model(model_dir: Path, shape: str = "glm5") -> bool:
     spec_file = model_dir / "recall_spec.json"
     if spec_file.is_file():
         try:
-            spec_from_json(json.loads(spec_file.read_text()))
+            have = spec_from_json(json.loads(spec_file.read_text()))
         except (ValueError, TypeError, KeyError) as exc:
             raise ProofError(
                 f"{spec_file} is not a recall model's spec: {exc}",
                 hint="point --model-dir at an empty folder to write a fresh checkpoint",
             ) from exc
+        if have.moe_quant != moe_quant:
+            raise ProofError(
+                f"{model_dir} holds a recall model with moe_quant {have.moe_quant!r}, not {moe_quant!r}",
+                hint="use another --model-dir for each variant",
+            )
         return False
     if model_dir.exists() and any(model_dir.iterdir()):
         raise ProofError(
@@ -82,7 +87,8 @@ def ensure_model(model_dir: Path, shape: str = "glm5") -> bool:
         )
     import torch
 
-    spec = {"glm5": glm5_spec, "tiny": tiny_spec}[shape]()
+    spec = dataclasses.replace({"glm5": glm5_spec, "tiny": tiny_spec}[shape](), moe_quant=moe_quant)
+    spec.validate()
     write_checkpoint(spec, model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
     return True
 

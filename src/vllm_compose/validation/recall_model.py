@@ -38,6 +38,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,9 @@ class RecallSpec:
     background_gain: float = 1e-3
     #: the MLA query gain of the recall (attention logit of the match is about 26 * this at GLM-5's head size)
     query_gain: float = 1.0
+    #: "" (bf16 experts) or "w4a16": the routed experts as compressed-tensors pack-quantized int4, group 128,
+    #: symmetric (the form GLM-5.x int4 checkpoints take; vLLM runs it through Marlin on sm_80)
+    moe_quant: str = ""
 
     @property
     def recall_layer(self) -> int:
@@ -191,6 +195,10 @@ class RecallSpec:
             problems.append("the indexer layout assumed is 128 lanes with the first 64 roped (GLM-5.x, V3.2)")
         if s.index_n_heads < 2:
             problems.append("index_n_heads must be >= 2")
+        if self.moe_quant not in ("", "w4a16"):
+            problems.append(f"moe_quant must be '' or 'w4a16', not {self.moe_quant!r}")
+        elif self.moe_quant and (s.hidden_size % QUANT_GROUP or s.moe_intermediate_size % QUANT_GROUP):
+            problems.append(f"w4a16 experts need hidden and moe_intermediate sizes divisible by {QUANT_GROUP}")
         if not 0 <= self.index_layer < s.num_hidden_layers - 1:
             problems.append(f"index_layer {self.index_layer} must leave a recall layer after it")
         elif not is_shared_layer(s, self.recall_layer) or is_shared_layer(s, self.index_layer):
@@ -490,11 +498,86 @@ def make_tensors(spec: RecallSpec, device: str = "cpu") -> dict[str, Any]:
     return t
 
 
+#: the quantization group of the w4a16 experts (along each matrix's input dimension)
+QUANT_GROUP = 128
+
+#: which checkpoint tensors `moe_quant` quantizes: the routed experts' three projections
+_EXPERT_WEIGHT = re.compile(r"\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$")
+
+
+def quantize_w4(weight, group: int = QUANT_GROUP) -> dict[str, Any]:
+    """A [out, in] float matrix as compressed-tensors "pack-quantized" int4, symmetric, per group of `group` inputs:
+    `weight_packed` (int32 [out, in / 8]; input k at bits 4 * (k % 8) of word k // 8, stored as q + 8),
+    `weight_scale` (bf16 [out, in / group]: max |w| of the group / 7) and `weight_shape` (int64 [out, in])."""
+    import torch
+
+    out_f, in_f = weight.shape
+    w = weight.float().reshape(out_f, in_f // group, group)
+    scale = (w.abs().amax(-1, keepdim=True) / 7).clamp_min(1e-12).to(torch.bfloat16).float()
+    q = torch.clamp(torch.round(w / scale), -8, 7).to(torch.int32).reshape(out_f, in_f) + 8
+    words = q.reshape(out_f, in_f // 8, 8) << (torch.arange(8, dtype=torch.int32, device=q.device) * 4)
+    unsigned = words.sum(-1, dtype=torch.int64)  # in [0, 2**32): the word's bits
+    return {
+        "weight_packed": ((unsigned + 2**31) % 2**32 - 2**31).to(torch.int32),  # the same bits as int32
+        "weight_scale": scale.reshape(out_f, in_f // group).to(torch.bfloat16),
+        "weight_shape": torch.tensor([out_f, in_f], dtype=torch.int64),
+    }
+
+
+def dequantize_w4(packed: dict[str, Any], group: int = QUANT_GROUP):
+    """The float matrix `quantize_w4`'s tensors stand for (for tests and the CPU reference)."""
+    import torch
+
+    out_f, in_f = (int(v) for v in packed["weight_shape"])
+    words = packed["weight_packed"].to(torch.int64) & 0xFFFFFFFF
+    q = (words[:, :, None] >> (torch.arange(8) * 4)) & 0xF
+    q = q.reshape(out_f, in_f).float() - 8
+    scale = packed["weight_scale"].float().repeat_interleave(group, dim=1)
+    return q * scale
+
+
+def quantization_config(spec: RecallSpec) -> dict[str, Any] | None:
+    """The config.json `quantization_config` of a `moe_quant` checkpoint: the routed experts only."""
+    if not spec.moe_quant:
+        return None
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 4,
+                    "type": "int",
+                    "symmetric": True,
+                    "strategy": "group",
+                    "group_size": QUANT_GROUP,
+                    "dynamic": False,
+                    "actorder": None,
+                },
+                "input_activations": None,
+                "output_activations": None,
+            }
+        },
+        # everything that is not a routed expert stays bf16 (vLLM matches these against its layer names)
+        "ignore": [
+            "lm_head",
+            "re:.*self_attn.*",
+            "re:.*shared_experts.*",
+            "re:.*mlp\\.gate$",
+            "re:.*eh_proj$",
+            "re:.*shared_head.*",
+            *[f"re:model\\.layers\\.{i}\\.mlp\\..*" for i in range(spec.shape.first_k_dense_replace)],
+        ],
+    }
+
+
 def write_checkpoint(spec: RecallSpec, out_dir: Path, device: str = "cpu", max_shard_bytes: int = 4 << 30) -> Path:
     """config.json and bf16 safetensors shards (with their index) for `spec` under `out_dir`; returns `out_dir`.
 
     Needs torch and safetensors (the serving environment has both). On a GPU (`device="cuda"`) the random weights of
-    a GLM-5-shaped model take seconds."""
+    a GLM-5-shaped model take seconds. With `moe_quant` the routed experts are written quantized (`quantize_w4`)."""
     import torch
     from safetensors.torch import save_file
 
@@ -507,19 +590,28 @@ def write_checkpoint(spec: RecallSpec, out_dir: Path, device: str = "cpu", max_s
     for name, (_shape, dtype) in layout.items():
         if name not in tensors:
             continue
-        x = tensors[name].to(torch.bfloat16 if dtype == "BF16" else torch.float32).contiguous().cpu()
-        if size and size + x.numel() * x.element_size() > max_shard_bytes:
+        if spec.moe_quant and _EXPERT_WEIGHT.search(name):
+            parts = {
+                f"{name[: -len('weight')]}{k}": v.contiguous().cpu() for k, v in quantize_w4(tensors[name]).items()
+            }
+        else:
+            parts = {name: tensors[name].to(torch.bfloat16 if dtype == "BF16" else torch.float32).contiguous().cpu()}
+        nbytes = sum(x.numel() * x.element_size() for x in parts.values())
+        if size and size + nbytes > max_shard_bytes:
             shards.append({})
             size = 0
-        shards[-1][name] = x
-        size += x.numel() * x.element_size()
+        shards[-1].update(parts)
+        size += nbytes
     weight_map = {}
     for k, shard in enumerate(shards):
         fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(out_dir / fname), metadata={"format": "pt"})
         weight_map.update({name: fname for name in shard})
     (out_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}, indent=1) + "\n")
-    (out_dir / "config.json").write_text(json.dumps(config_dict(spec.shape), indent=2, sort_keys=True) + "\n")
+    config = config_dict(spec.shape)
+    if spec.moe_quant:
+        config["quantization_config"] = quantization_config(spec)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (out_dir / "recall_spec.json").write_text(json.dumps(spec_to_json(spec), indent=2, sort_keys=True) + "\n")
     return out_dir
 
