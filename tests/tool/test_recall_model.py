@@ -350,3 +350,25 @@ def test_a_w4a16_checkpoint_quantizes_the_routed_experts_only(tmp_path):
 def test_an_unknown_quantization_is_refused():
     with pytest.raises(rm.RecallModelError, match="moe_quant must be"):
         dataclasses.replace(rm.tiny_spec(), moe_quant="int3").validate()
+
+
+@pytest.mark.slow  # builds a second tiny model and runs the fp32 reference's MTP layer
+def test_designed_wrong_drafts_miss_exactly_where_the_spec_says():
+    spec = rm.with_draft_acceptance(rm.tiny_spec(), 0.5)
+    assert len(spec.mtp_wrong) == spec.chain // 2
+    ref = ReferenceModel(spec.shape, rm.make_tensors(spec))
+    p = rm.make_prompts(spec, [120])[0]
+    want = rm.predict(spec, p, spec.chain + 1)
+    seq = list(p.tokens) + want[:-1]
+    drafts = ref.mtp_draft(seq).argmax(-1).tolist()
+    # the MTP layer at position n sees seq[n + 1] and drafts the token after it: for each generated token, the draft
+    # of the next one is right exactly when the design says so
+    base = len(p.tokens) - 1
+    right = [drafts[base + k] == want[k + 1] for k in range(spec.chain - 1)]
+    assert right == [rm.draft_right(spec, want[k + 1]) for k in range(spec.chain - 1)]
+    assert 0 < sum(right) < len(right)
+
+
+def test_draft_acceptance_outside_0_1_is_refused():
+    with pytest.raises(rm.RecallModelError, match="outside"):
+        rm.with_draft_acceptance(rm.tiny_spec(), 1.5)

@@ -145,6 +145,9 @@ class RecallSpec:
     #: "" (bf16 experts) or "w4a16": the routed experts as compressed-tensors pack-quantized int4, group 128,
     #: symmetric (the form GLM-5.x int4 checkpoints take; vLLM runs it through Marlin on sm_80)
     moe_quant: str = ""
+    #: chain indices whose MTP draft is wrong by design: when the successor is a_j with j here, the MTP layer drafts
+    #: a_(j+1) instead, so over a cycle the first draft is accepted at 1 - len(mtp_wrong) / chain
+    mtp_wrong: tuple[int, ...] = ()
 
     @property
     def recall_layer(self) -> int:
@@ -195,6 +198,8 @@ class RecallSpec:
             problems.append("the indexer layout assumed is 128 lanes with the first 64 roped (GLM-5.x, V3.2)")
         if s.index_n_heads < 2:
             problems.append("index_n_heads must be >= 2")
+        if any(not 0 <= j < self.chain for j in self.mtp_wrong) or len(set(self.mtp_wrong)) != len(self.mtp_wrong):
+            problems.append(f"mtp_wrong must hold distinct chain indices in [0, {self.chain})")
         if self.moe_quant not in ("", "w4a16"):
             problems.append(f"moe_quant must be '' or 'w4a16', not {self.moe_quant!r}")
         elif self.moe_quant and (s.hidden_size % QUANT_GROUP or s.moe_intermediate_size % QUANT_GROUP):
@@ -336,6 +341,19 @@ def make_prompts(spec: RecallSpec, lengths: list[int], seed: int = 0, far: int |
     return out
 
 
+def with_draft_acceptance(spec: RecallSpec, fraction: float) -> RecallSpec:
+    """`spec` whose MTP first drafts are right for `fraction` of the chain (rounded to whole chain tokens)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise RecallModelError(f"draft acceptance {fraction} outside [0, 1]")
+    wrong = round(spec.chain * (1.0 - fraction))
+    return replace(spec, mtp_wrong=tuple(range(wrong)))
+
+
+def draft_right(spec: RecallSpec, token: int) -> bool:
+    """Whether the MTP layer's first draft is right when the token to be drafted is `token` (a chain token)."""
+    return token - spec.chain_token(0) not in spec.mtp_wrong
+
+
 def predict(spec: RecallSpec, prompt: RecallPrompt, max_tokens: int) -> list[int]:
     """The tokens greedy decoding must produce: the prompt's cycle, from its last token on."""
     out, cur = [], prompt.cycle[0]
@@ -405,7 +423,7 @@ def _design_index(torch, t: dict, p: str, spec: RecallSpec, residual_bias: float
     w[1, d.bias] = -1.0 / residual_bias
 
 
-def _design_recall(torch, t: dict, p: str, spec: RecallSpec, residual_bias: float) -> None:
+def _design_recall(torch, t: dict, p: str, spec: RecallSpec, residual_bias: float, wrong: tuple[int, ...] = ()) -> None:
     """Layer prefix `p`'s MLA: query a_i matches the latent key of c(i, .), whose value VAL_j goes to OUT_j."""
     s, d, n = spec.shape, spec.dims, spec.chain
     h = s.num_attention_heads
@@ -439,7 +457,8 @@ def _design_recall(torch, t: dict, p: str, spec: RecallSpec, residual_bias: floa
     o.zero_()
     gain = 2.0 * residual_bias / (h * v_read)
     for j in range(n):
-        o[d.out(j), :, j] = gain
+        # a value in `wrong` is written as the next chain token's (the MTP layer's designed wrong drafts)
+        o[d.out((j + 1) % n if j in wrong else j), :, j] = gain
 
 
 def make_tensors(spec: RecallSpec, device: str = "cpu") -> dict[str, Any]:
@@ -487,7 +506,7 @@ def make_tensors(spec: RecallSpec, device: str = "cpu") -> dict[str, Any]:
         eh[:, : s.hidden_size] = torch.eye(s.hidden_size, device=device)
         mtp_bias = math.sqrt(s.hidden_size / 2)
         _design_index(torch, t, p, spec, mtp_bias)
-        _design_recall(torch, t, p, spec, mtp_bias)
+        _design_recall(torch, t, p, spec, mtp_bias, wrong=spec.mtp_wrong)
         t[f"{p}.embed_tokens.weight"] = e
         t[f"{p}.shared_head.head.weight"] = head
     # a layer that shares the top-k has no indexer (v0.30+ loaders refuse its weights, earlier ones skip them)
@@ -625,6 +644,7 @@ def spec_to_json(spec: RecallSpec) -> dict[str, Any]:
 def spec_from_json(data: dict[str, Any]) -> RecallSpec:
     data = dict(data)
     data.pop("recall_layer", None)
+    data["mtp_wrong"] = tuple(data.get("mtp_wrong", ()))
     shape = TinyGlmSpec(**data.pop("shape"))
     return RecallSpec(shape=shape, **data)
 
@@ -648,6 +668,8 @@ __all__ = [
     "predict",
     "spec_from_json",
     "tiny_spec",
+    "with_draft_acceptance",
+    "draft_right",
     "with_shape",
     "write_checkpoint",
 ]
