@@ -55,12 +55,13 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _first_draft_rate(metrics: dict) -> float | None:
-    drafts = next((v for k, v in metrics.items() if k.endswith("spec_decode_num_drafts")), None)
-    per_pos = next((v for k, v in metrics.items() if k.endswith("accepted_tokens_per_pos")), None)
-    if not drafts or not per_pos:
+def _first_draft_rate(metrics: dict, mtp: int) -> float | None:
+    from vllm_compose.validation.recall_run import judge_drafts
+
+    drafts = judge_drafts(metrics, mtp)
+    if not drafts["drafts"] or not drafts["accepted_per_position"]:
         return None
-    return per_pos[0] / drafts
+    return drafts["accepted_per_position"][0] / drafts["drafts"]
 
 
 def run(args) -> dict:
@@ -105,7 +106,7 @@ def run(args) -> dict:
         "mode": "graphs" if args.graphs else "eager",
         "mtp": args.mtp,
         "acceptance": 1.0 - len(spec.mtp_wrong) / spec.chain,
-        "first_draft_accepted": _first_draft_rate(delta) if args.mtp else None,
+        "first_draft_accepted": _first_draft_rate(delta, args.mtp) if args.mtp else None,
         "batch": args.batch,
         "context": args.context,
         "tokens": args.tokens,
