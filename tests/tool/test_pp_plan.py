@@ -124,6 +124,7 @@ CONFIGS = {
 }
 
 
+@pytest.mark.sdist  # reads the release's own code from its PyPI sdist
 @pytest.mark.parametrize("keys", CONFIGS.values(), ids=CONFIGS.keys())
 def test_computes_topk_is_the_releases_rule(release_rule, keys):
     cfg = {**TINY, "num_hidden_layers": 12, "index_topk_freq": None, "index_skip_topk_offset": None, **keys}
@@ -151,12 +152,14 @@ def release_pp_indices(tmp_path_factory):
     return run
 
 
+@pytest.mark.sdist  # reads the release's own code from its PyPI sdist
 @pytest.mark.parametrize("num_layers,pp", [(78, 8), (78, 2), (61, 8), (78, 4), (10, 3), (5, 5), (78, 7)])
 def test_default_partition_is_get_pp_indices(release_pp_indices, num_layers, pp):
     sizes = default_partition(num_layers, pp)
     assert [(e - s) for s, e in release_pp_indices(num_layers, pp, None)] == sizes
 
 
+@pytest.mark.sdist  # reads the release's own code from its PyPI sdist
 @pytest.mark.parametrize("pp", [2, 4, 8])
 def test_the_plans_partition_is_accepted_by_get_pp_indices(release_pp_indices, pp):
     p = plan(glm5(), Settings(pp=pp, gpu_memory_gib=400 if pp == 2 else 139.8, mtp=1, bits=4))
