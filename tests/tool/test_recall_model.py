@@ -372,3 +372,14 @@ def test_designed_wrong_drafts_miss_exactly_where_the_spec_says():
 def test_draft_acceptance_outside_0_1_is_refused():
     with pytest.raises(rm.RecallModelError, match="outside"):
         rm.with_draft_acceptance(rm.tiny_spec(), 1.5)
+
+
+@pytest.mark.slow  # the fp32 reference on the checkpoint's bf16 values
+def test_the_checkpoint_dtypes_keep_the_prediction(tiny):
+    spec, _t, _ref, prompts = tiny
+    stored = rm.make_tensors(spec, checkpoint_dtypes=True)
+    assert stored["model.layers.3.self_attn.o_proj.weight"].dtype == torch.bfloat16
+    assert stored["model.layers.1.mlp.gate.e_score_correction_bias"].dtype == torch.float32
+    ref = ReferenceModel(spec.shape, stored)  # what vLLM loads, computed in fp32
+    p = prompts[0]
+    assert ref.generate(list(p.tokens), TOKENS, recall_layer=spec.recall_layer) == rm.predict(spec, p, TOKENS)

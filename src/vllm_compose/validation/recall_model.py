@@ -461,18 +461,23 @@ def _design_recall(torch, t: dict, p: str, spec: RecallSpec, residual_bias: floa
         o[d.out((j + 1) % n if j in wrong else j), :, j] = gain
 
 
-def make_tensors(spec: RecallSpec, device: str = "cpu") -> dict[str, Any]:
-    """Every checkpoint tensor as float32 torch tensors on `device`, deterministic from the shape's seed."""
+def make_tensors(spec: RecallSpec, device: str = "cpu", checkpoint_dtypes: bool = False) -> dict[str, Any]:
+    """Every checkpoint tensor, deterministic from the shape's seed: drawn on `device` and kept there in float32, or,
+    with `checkpoint_dtypes`, moved to the CPU in its checkpoint dtype as soon as it is drawn (a GLM-5-shaped model
+    then needs one tensor of GPU memory and 9.2 GB of host memory, not 18 GB of either)."""
     import torch
 
     spec.validate()
     s, d = spec.shape, spec.dims
     layout = tensor_layout(s)
     t: dict[str, Any] = {}
-    for index, (name, (shape, _dtype)) in enumerate(layout.items()):
+    for index, (name, (shape, dtype)) in enumerate(layout.items()):
         gen = torch.Generator(device=device)
         gen.manual_seed(s.seed * 1_000_003 + index)
-        t[name] = _background(torch, gen, name, shape, spec, device)
+        x = _background(torch, gen, name, shape, spec, device)
+        if checkpoint_dtypes:
+            x = x.to(torch.bfloat16 if dtype == "BF16" else torch.float32).cpu()
+        t[name] = x
     # embeddings: one designed pattern per token role, entries of size embed_scale
     e = t["model.embed_tokens.weight"]
     for i in range(spec.chain):
@@ -503,12 +508,12 @@ def make_tensors(spec: RecallSpec, device: str = "cpu") -> dict[str, Any]:
     for k in range(s.num_nextn_predict_layers):
         p = f"model.layers.{s.num_hidden_layers + k}"
         eh = t[f"{p}.eh_proj.weight"]
-        eh[:, : s.hidden_size] = torch.eye(s.hidden_size, device=device)
+        eh[:, : s.hidden_size] = torch.eye(s.hidden_size, device=eh.device, dtype=eh.dtype)
         mtp_bias = math.sqrt(s.hidden_size / 2)
         _design_index(torch, t, p, spec, mtp_bias)
         _design_recall(torch, t, p, spec, mtp_bias, wrong=spec.mtp_wrong)
-        t[f"{p}.embed_tokens.weight"] = e
-        t[f"{p}.shared_head.head.weight"] = head
+        t[f"{p}.embed_tokens.weight"] = e.clone()  # copies, as in the real checkpoints
+        t[f"{p}.shared_head.head.weight"] = head.clone()
     # a layer that shares the top-k has no indexer (v0.30+ loaders refuse its weights, earlier ones skip them)
     for layer in range(s.num_hidden_layers):
         if is_shared_layer(s, layer):
@@ -603,7 +608,7 @@ def write_checkpoint(spec: RecallSpec, out_dir: Path, device: str = "cpu", max_s
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     layout = tensor_layout(spec.shape)
-    tensors = make_tensors(spec, device)
+    tensors = make_tensors(spec, device, checkpoint_dtypes=True)
     shards: list[dict[str, Any]] = [{}]
     size = 0
     for name, (_shape, dtype) in layout.items():
