@@ -383,3 +383,38 @@ def test_the_checkpoint_dtypes_keep_the_prediction(tiny):
     ref = ReferenceModel(spec.shape, stored)  # what vLLM loads, computed in fp32
     p = prompts[0]
     assert ref.generate(list(p.tokens), TOKENS, recall_layer=spec.recall_layer) == rm.predict(spec, p, TOKENS)
+
+
+def test_output_probe_accepts_the_designed_output_and_rejects_a_zeroed_or_wrong_one(tiny):
+    from vllm_compose.validation.recall_run import output_probe
+
+    spec, _t, ref, prompts = tiny
+    p = prompts[0]
+    want = rm.predict(spec, p, TOKENS)
+    _rows, out = ref.recall_layer_io(list(p.tokens) + want[:-1], spec.recall_layer)
+    lo, hi = spec.dims.out(0), spec.dims.out(spec.chain)
+
+    def forwards(o):
+        return [
+            {"columns": [o[len(p.tokens) + k, lo:hi].tolist()], "norm": [float(o[len(p.tokens) + k].norm())]}
+            for k in range(TOKENS - 1)
+        ]
+
+    probe = output_probe(spec, want, forwards(out))
+    assert probe["ok"] and probe["steps"] == TOKENS - 1
+    assert probe["max_relative_error"] < 0.05 and probe["min_share_of_norm"] > 0.95
+    assert not output_probe(spec, want, forwards(torch.zeros_like(out)))["ok"]
+    shifted = out.clone()
+    shifted[:, lo:hi] = torch.roll(out[:, lo:hi], 1, dims=1)  # the value of another chain token
+    assert not output_probe(spec, want, forwards(shifted))["ok"]
+    assert not output_probe(spec, want, [])["ok"]
+
+
+def test_engine_probe_records_the_output_lanes_of_decode_steps():
+    model = _Model()
+    engine_faults.install_probe(model, 3, max_rows=2, columns=(1, 3))
+    attn = model.model.layers[3].self_attn
+    attn(torch.zeros(3), torch.zeros(3, 8))  # prefill-sized: left out
+    attn(torch.zeros(1), torch.full((1, 8), 2.0))  # the stand-in adds 1: output 3.0 everywhere
+    [hook] = engine_faults.clear()["hooks"]
+    assert hook["outputs"] == [{"columns": [[3.0, 3.0]], "norm": [pytest.approx(3.0 * 8**0.5)]}]

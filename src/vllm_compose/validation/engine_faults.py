@@ -122,12 +122,15 @@ def install(model: Any, fault: str, layer: int) -> dict:
     return info
 
 
-def install_probe(model: Any, layer: int, max_rows: int = 8) -> dict:
-    """Record (to the CPU) the top-k rows decoder layer `layer` reads, for each forward of at most `max_rows`
-    tokens (decode steps; prefill chunks are left out); `clear` returns them. Changes nothing."""
+def install_probe(model: Any, layer: int, max_rows: int = 8, columns: tuple[int, int] | None = None) -> dict:
+    """Record (to the CPU) the top-k rows decoder layer `layer` reads and, with `columns` (lo, hi), those columns of
+    its attention output and the output's norm, for each forward of at most `max_rows` tokens (decode steps; prefill
+    chunks are left out); `clear` returns them. Changes nothing."""
+    import torch
+
     name, attn = _find(model, layer)
     buf = _buffer(model, attn)
-    state: dict[str, Any] = {"calls": 0, "faulted": 0, "rows": []}
+    state: dict[str, Any] = {"calls": 0, "faulted": 0, "rows": [], "outputs": []}
 
     def pre(_mod, args, kwargs):
         n = _tokens(args, kwargs)
@@ -136,7 +139,16 @@ def install_probe(model: Any, layer: int, max_rows: int = 8) -> dict:
             state["rows"].append(buf[:n].cpu().tolist())
         return None
 
+    def post(_mod, _args, output):
+        out = output if isinstance(output, torch.Tensor) else output[0]
+        if columns is not None and out.dim() == 2 and out.shape[0] <= max_rows:
+            lo, hi = columns
+            x = out.float()
+            state["outputs"].append({"columns": x[:, lo:hi].cpu().tolist(), "norm": x.norm(dim=-1).cpu().tolist()})
+        return None
+
     _HANDLES.append(attn.register_forward_pre_hook(pre, with_kwargs=True))
+    _HANDLES.append(attn.register_forward_hook(post))
     _STATES.append(state)
     return {"probe": name, "layer": layer, "buffer": {"shape": list(buf.shape), "dtype": str(buf.dtype)}}
 
@@ -149,6 +161,7 @@ def clear(_model: Any = None) -> dict:
         entry = {"calls": st["calls"], "faulted": st["faulted"]}
         if "rows" in st:
             entry["rows"] = st["rows"]
+            entry["outputs"] = st["outputs"]
         out.append(entry)
     for handle in _HANDLES:
         handle.remove()

@@ -128,6 +128,8 @@ class ReferenceModel:
         out = self._lin(f"{a}.o_proj.weight", out)
         if layer == ctx.recall_layer and ctx.fault is Fault.ZERO_OUTPUT:
             out = torch.zeros_like(out)
+        if layer == ctx.recall_layer and ctx.captured is not None:
+            ctx.captured[-layer - 1] = out.clone()  # the attention output (after o_proj), keyed apart from the top-k
         return out
 
     def _mlp(self, p: str, x: torch.Tensor, layer: int) -> torch.Tensor:
@@ -209,9 +211,13 @@ class ReferenceModel:
 
     def topk_rows(self, tokens: list[int], recall_layer: int) -> torch.Tensor:
         """The top-k rows the recall layer reads for `tokens` (no fault)."""
+        return self.recall_layer_io(tokens, recall_layer)[0]
+
+    def recall_layer_io(self, tokens: list[int], recall_layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k rows the recall layer reads and its attention output (after o_proj), for `tokens` (no fault)."""
         ctx = _Ctx(Fault.NONE, recall_layer, captured={})
         self.logits(tokens, ctx)
-        return ctx.captured[recall_layer]
+        return ctx.captured[recall_layer], ctx.captured[-recall_layer - 1]
 
 
 def _apply_fault(ctx: _Ctx, idx: torch.Tensor) -> torch.Tensor:

@@ -189,6 +189,39 @@ def topk_probe(spec: RecallSpec, prompt, tokens: list[int], forwards: list[list[
     }
 
 
+#: the recall layer's output against the design: the successor's OUT lane within 5% of 2 * embed_scale, and at least
+#: 95% of the output's norm (the background layers and bf16 add the rest)
+OUTPUT_TOLERANCE = 0.05
+OUTPUT_MIN_SHARE = 0.95
+
+
+def output_probe(spec: RecallSpec, tokens: list[int], forwards: list[dict]) -> dict:
+    """Judge the recall layer's attention output of a one-request generation (`install_probe` with the OUT lanes as
+    `columns`): at the decode step whose input is tokens[k] the output must be the value of the planted token it
+    read, the successor tokens[k + 1], written to that token's OUT lane at the designed size (2 * embed_scale)."""
+    steps = [f for f in forwards if len(f["norm"]) == 1]
+    want = 2 * spec.embed_scale
+    worst_share, worst_error, wrong = 1.0, 0.0, []
+    n = min(len(steps), len(tokens) - 1)
+    for k in range(n):
+        lanes, norm = steps[k]["columns"][0], steps[k]["norm"][0]
+        j = tokens[k + 1] - spec.chain_token(0)
+        top = max(range(len(lanes)), key=lambda i: lanes[i])
+        share = lanes[j] / norm if norm > 0 and 0 <= j < len(lanes) else 0.0
+        error = abs(lanes[j] - want) / want if 0 <= j < len(lanes) else 1.0
+        worst_share, worst_error = min(worst_share, share), max(worst_error, error)
+        if top != j or share < OUTPUT_MIN_SHARE or error > OUTPUT_TOLERANCE:
+            wrong.append(k)
+    return {
+        "steps": n,
+        "steps_off_design": wrong[:8],
+        "min_share_of_norm": round(worst_share, 4),
+        "max_relative_error": round(worst_error, 4),
+        "thresholds": {"min_share": OUTPUT_MIN_SHARE, "relative_error": OUTPUT_TOLERANCE},
+        "ok": n > 0 and not wrong,
+    }
+
+
 def judge_drafts(metrics: dict, mtp: int) -> dict:
     """The MTP counters against the design: the MTP layer recalls the successor of the token just sampled, so every
     first draft is right; a later draft step is right only if it computes its own top-k (with GLM-5's
@@ -287,14 +320,22 @@ def run_suite(suite: Suite) -> dict:
             result["after_faults"] = {"prompts": judged}
             result["checks"].append(("clean again after the faults", all(p["as_predicted"] for p in judged)))
             # the recall layer's top-k, step by step, for one request: the designed key and no other planted token
-            llm.apply_model(functools.partial(engine_faults.install_probe, layer=spec.recall_layer))
+            d = spec.dims
+            llm.apply_model(
+                functools.partial(
+                    engine_faults.install_probe, layer=spec.recall_layer, columns=(d.out(0), d.out(spec.chain))
+                )
+            )
             got = _generate(llm, fprompts[:1], suite.fault_max_tokens)
-            rows = llm.apply_model(engine_faults.clear)[0]["hooks"][0]["rows"]
-            probe = topk_probe(spec, fprompts[0], got[0], rows)
+            hook = llm.apply_model(engine_faults.clear)[0]["hooks"][0]
+            probe = topk_probe(spec, fprompts[0], got[0], hook["rows"])
             result["topk_probe"] = probe
             result["checks"].append(
                 ("the recall layer's top-k holds the designed key and no other planted token", probe["ok"])
             )
+            output = output_probe(spec, got[0], hook["outputs"])
+            result["output_probe"] = output
+            result["checks"].append(("the recall layer's attention writes the designed value", output["ok"]))
         result["ok"] = True
     except BaseException as exc:  # an engine failure is the result
         result["ok"] = False
