@@ -68,7 +68,7 @@ def run(args) -> dict:
 
     from vllm_compose.validation.proof import GRAPHS, SERVING_ENV
     from vllm_compose.validation.recall_model import make_prompts, predict, spec_from_json
-    from vllm_compose.validation.recall_run import Suite, _engine, _generate, _spec_metrics
+    from vllm_compose.validation.recall_run import Suite, engine, generate, spec_metrics
 
     os.environ.update(SERVING_ENV)
     spec = spec_from_json(json.loads((Path(args.model) / "recall_spec.json").read_text()))
@@ -82,17 +82,17 @@ def run(args) -> dict:
         eager=not args.graphs,
         compilation=GRAPHS if args.graphs else None,
     )
-    llm = _engine(suite, spec)
+    llm = engine(suite, spec)
     prompts = make_prompts(spec, lengths)
-    _generate(llm, prompts[:1], 4)  # warm-up
+    generate(llm, prompts[:1], 4)  # warm-up
     t0 = time.perf_counter()
-    _generate(llm, prompts, 1)
+    generate(llm, prompts, 1)
     t_one = time.perf_counter() - t0
-    before = _spec_metrics(llm)
+    before = spec_metrics(llm)
     t0 = time.perf_counter()
-    got = _generate(llm, prompts, args.tokens)
+    got = generate(llm, prompts, args.tokens)
     t_all = time.perf_counter() - t0
-    after = _spec_metrics(llm)
+    after = spec_metrics(llm)
     delta = {
         k: (
             [a - b for a, b in zip(v, before.get(k, [0] * len(v)), strict=False)]

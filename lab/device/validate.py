@@ -21,16 +21,17 @@ REPO = Path(__file__).resolve().parents[2]
 # the device machine runs this from a copy of the working tree, where vllm_compose is not installed
 sys.path.insert(0, str(REPO / "src"))
 
-#: the Ampere serving environment (lab/notebook/validation.md explains each); set before vLLM is imported
+from vllm_compose.validation.proof import SERVING_ENV  # noqa: E402  (the user guide's serving environment)
+
+#: the Ampere serving environment (lab/notebook/validation.md explains each); set before vLLM is imported: the user
+#: guide's, with the engine in its own process, DeepGEMM off, and NVLink multicast off on the lab's machines
 AMPERE_ENV = {
-    "VLLM_USE_V2_MODEL_RUNNER": "1",
-    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
-    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    **SERVING_ENV,
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
     "VLLM_USE_DEEP_GEMM": "0",
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
 

@@ -115,9 +115,8 @@ def recall_summary(outcomes: dict[str, RecallOutcome]) -> str:
     if ok:
         items = [o.config + (f" ({o.faults_caught} of {o.faults} faults caught)" if o.faults else "") for o in ok]
         longest = max(o.longest for o in ok)
-        past = " KV offsets past 2**31," if all(o.past_int32 for o in ok) else ""
-        parts.append(f"as predicted: {', '.join(sorted(items))} (contexts to {longest:,},{past} ")
-        parts[-1] = parts[-1].rstrip(", ") + ")"
+        past = ", KV offsets past 2**31" if all(o.past_int32 for o in ok) else ""
+        parts.append(f"as predicted: {', '.join(sorted(items))} (contexts to {longest:,}{past})")
     for o in sorted(bad, key=lambda o: o.config):
         parts.append(f"FAILED: {o.config} ({o.error or 'a check did not hold'})")
     return "recall model at GLM-5's per-layer shape: " + "; ".join(parts)

@@ -61,7 +61,6 @@ _NONE = _Val(None)
 @dataclass
 class _Scan:
     kernel: str
-    source: str  # unused; kept for messages
     env: dict[str, _Val] = field(default_factory=dict)
     found: list[Int32Offset] = field(default_factory=list)
     #: the module's functions by name: a call to one (a @triton.jit helper) is scanned with the caller's values
@@ -148,7 +147,7 @@ class _Scan:
 
     def helper(self, fn: ast.FunctionDef, args: list[_Val], kwargs: dict[str, _Val]) -> None:
         """Scan a helper the kernel calls with the values it passes (its return value is not followed)."""
-        inner = _Scan(f"{self.kernel} > {fn.name}", self.source, functions=self.functions, depth=self.depth + 1)
+        inner = _Scan(f"{self.kernel} > {fn.name}", functions=self.functions, depth=self.depth + 1)
         for i, a in enumerate(fn.args.args):
             inner.env[a.arg] = args[i] if i < len(args) else kwargs.get(a.arg, _NONE)
         inner.block(fn.body)
@@ -231,7 +230,7 @@ def scan_kernel(
     """The int32 pointer offsets of the Triton kernel `fn` launched with argument types `signature` (Triton's
     specialization signature: "*bf16", "i32", "i64", "constexpr", ...), helpers of `module` it calls included."""
     functions = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)} if module is not None else {}
-    scan = _Scan(kernel, "", functions=functions)
+    scan = _Scan(kernel, functions=functions)
     for a in fn.args.args:
         scan.env[a.arg] = _arg_value(a.arg, signature.get(a.arg, ""))
     scan.block(fn.body)

@@ -14,7 +14,7 @@ not the construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,6 +30,8 @@ class _Ctx:
     other_topk: torch.Tensor | None = None
     prev_topk: torch.Tensor | None = None
     captured: dict[int, torch.Tensor] | None = None
+    #: with `captured`: the recall layer's attention output (after o_proj) by layer
+    outputs: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -129,7 +131,7 @@ class ReferenceModel:
         if layer == ctx.recall_layer and ctx.fault is Fault.ZERO_OUTPUT:
             out = torch.zeros_like(out)
         if layer == ctx.recall_layer and ctx.captured is not None:
-            ctx.captured[-layer - 1] = out.clone()  # the attention output (after o_proj), keyed apart from the top-k
+            ctx.outputs[layer] = out.clone()
         return out
 
     def _mlp(self, p: str, x: torch.Tensor, layer: int) -> torch.Tensor:
@@ -217,7 +219,7 @@ class ReferenceModel:
         """The top-k rows the recall layer reads and its attention output (after o_proj), for `tokens` (no fault)."""
         ctx = _Ctx(Fault.NONE, recall_layer, captured={})
         self.logits(tokens, ctx)
-        return ctx.captured[recall_layer], ctx.captured[-recall_layer - 1]
+        return ctx.captured[recall_layer], ctx.outputs[recall_layer]
 
 
 def _apply_fault(ctx: _Ctx, idx: torch.Tensor) -> torch.Tensor:

@@ -289,15 +289,10 @@ class RecallPrompt:
 
     def planted_at_of(self, key: int) -> int:
         """The position of the planted token whose key is chain token a_key."""
-        k = self.cycle.index(key)
-        want = (key, self.cycle[(k + 1) % len(self.cycle)])
-        for pos in self.planted_at:
-            if self._edge_of(pos) == want:
-                return pos
-        raise RecallModelError(f"no planted token keyed by a_{key}")
-
-    def _edge_of(self, pos: int) -> tuple[int, int]:
-        return self.edges[self.planted_at.index(pos)]
+        try:
+            return self.planted_at[self.edges.index((key, self.successor(key)))]
+        except ValueError:
+            raise RecallModelError(f"no planted token keyed by a_{key}") from None
 
     def successor(self, chain_index: int) -> int:
         k = self.cycle.index(chain_index)

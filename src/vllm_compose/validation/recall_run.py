@@ -60,7 +60,8 @@ class Suite:
     seed: int = 0
 
 
-def _engine(suite: Suite, spec: RecallSpec):
+def engine(suite: Suite, spec: RecallSpec):
+    """The vLLM engine a suite runs on (`vllm.LLM`: in-process, prefix caching off, the suite's MTP and graphs)."""
     from vllm import LLM
 
     longest = max(suite.lengths + suite.fault_lengths) + max(suite.max_tokens, suite.fault_max_tokens) + 8
@@ -130,7 +131,8 @@ def rotate_free_blocks(llm, n: int, keep: int = 0) -> dict:
     }
 
 
-def _generate(llm, prompts, max_tokens: int) -> list[list[int]]:
+def generate(llm, prompts, max_tokens: int) -> list[list[int]]:
+    """Greedy token ids of each `RecallPrompt`, EOS ignored."""
     from vllm.inputs import TokensPrompt
 
     from vllm import SamplingParams
@@ -249,7 +251,7 @@ def judge_drafts(metrics: dict, mtp: int) -> dict:
     }
 
 
-def _spec_metrics(llm) -> dict:
+def spec_metrics(llm) -> dict:
     out: dict = {}
     try:
         for m in llm.get_metrics():
@@ -273,7 +275,7 @@ def run_suite(suite: Suite) -> dict:
 
         result["vllm_version"] = vllm.__version__
         t0 = time.perf_counter()
-        llm = _engine(suite, spec)
+        llm = engine(suite, spec)
         result["init_s"] = round(time.perf_counter() - t0, 1)
         if suite.rotate_blocks:
             try:
@@ -282,7 +284,7 @@ def run_suite(suite: Suite) -> dict:
                 result["rotation"] = {"error": f"{type(exc).__name__}: {exc}"}
         prompts = make_prompts(spec, suite.lengths, seed=suite.seed)
         t0 = time.perf_counter()
-        got = _generate(llm, prompts, suite.max_tokens)
+        got = generate(llm, prompts, suite.max_tokens)
         result["clean"] = {
             "generate_s": round(time.perf_counter() - t0, 2),
             "prompts": _judge(spec, prompts, got, suite.max_tokens),
@@ -290,7 +292,7 @@ def run_suite(suite: Suite) -> dict:
         result["checks"].append(
             ("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"]))
         )
-        result["spec_metrics"] = _spec_metrics(llm)
+        result["spec_metrics"] = spec_metrics(llm)
         if suite.mtp:
             drafts = judge_drafts(result["spec_metrics"], suite.mtp)
             result["drafts"] = drafts
@@ -303,7 +305,7 @@ def run_suite(suite: Suite) -> dict:
             for name in suite.faults:
                 hooked = llm.apply_model(functools.partial(engine_faults.install, fault=name, layer=spec.recall_layer))
                 t0 = time.perf_counter()
-                got = _generate(llm, fprompts, suite.fault_max_tokens)
+                got = generate(llm, fprompts, suite.fault_max_tokens)
                 counters = llm.apply_model(engine_faults.clear)
                 judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
                 result["faults"][name] = {
@@ -315,7 +317,7 @@ def run_suite(suite: Suite) -> dict:
                 result["checks"].append(
                     (f"fault {name} changes the tokens", all(not p["as_predicted"] for p in judged))
                 )
-            got = _generate(llm, fprompts, suite.fault_max_tokens)
+            got = generate(llm, fprompts, suite.fault_max_tokens)
             judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
             result["after_faults"] = {"prompts": judged}
             result["checks"].append(("clean again after the faults", all(p["as_predicted"] for p in judged)))
@@ -326,7 +328,7 @@ def run_suite(suite: Suite) -> dict:
                     engine_faults.install_probe, layer=spec.recall_layer, columns=(d.out(0), d.out(spec.chain))
                 )
             )
-            got = _generate(llm, fprompts[:1], suite.fault_max_tokens)
+            got = generate(llm, fprompts[:1], suite.fault_max_tokens)
             hook = llm.apply_model(engine_faults.clear)[0]["hooks"][0]
             probe = topk_probe(spec, fprompts[0], got[0], hook["rows"])
             result["topk_probe"] = probe
