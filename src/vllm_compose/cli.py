@@ -405,7 +405,7 @@ def _prove_parser(sub) -> None:
         "--suite",
         action="append",
         metavar="NAME",
-        help="a suite to run (repeatable; default: eager, mtp1, mtp2, graph_mtp1, graph_mtp2); --list names them",
+        help="a suite to run (repeatable; default: eager, mtp1, mtp2, graph, graph_mtp1, graph_mtp2); --list names them",
     )
     pr.add_argument("--list", action="store_true", help="list the suites and exit")
     pr.add_argument("--shape", choices=("glm5", "tiny"), default="glm5", help="the model written (default glm5)")

@@ -32,19 +32,27 @@ SERVING_ENV = {
 #: default also compiles with Inductor; on an H200 posing as sm_80 its autotuner builds sm_80 cubins the GPU refuses.)
 GRAPHS = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
 
-_MIXED = [8192, 32768, 16384, 20000]
+_MIXED = [8192, 32768, 131072, 20000]
+_ORACLE = {"oracle": True}
 
 #: name -> Suite fields (besides label and model_dir). Every suite moves the requests' KV blocks to the back of the
-#: pool (`rotate_blocks` -1), so their offsets pass 2**31 when the pool is large enough (the result says).
+#: pool (`rotate_blocks` -1), so their offsets pass 2**31 when the pool is large enough (the result says), and checks
+#: every layer against the DSA oracle (`engine_oracle`); `eager` also shows that each oracle check can fail.
 SUITES: dict[str, dict[str, Any]] = {
-    "eager": {"lengths": [8192, 32768, 131072, 16384], "fault_lengths": [8192, 12288, 16384]},
-    "mtp1": {"lengths": _MIXED, "mtp": 1},
-    "mtp2": {"lengths": _MIXED, "mtp": 2},
-    "graph_mtp1": {"lengths": _MIXED, "mtp": 1, "eager": False, "compilation": GRAPHS},
-    "graph_mtp2": {"lengths": _MIXED, "mtp": 2, "eager": False, "compilation": GRAPHS},
-    "graph_default": {"lengths": [8192, 16384], "eager": False},
+    "eager": {
+        "lengths": [8192, 32768, 131072, 16384],
+        "fault_lengths": [8192, 12288, 16384],
+        "oracle_corruptions": ["logits", "slots", "attention", "topk"],
+        **_ORACLE,
+    },
+    "mtp1": {"lengths": _MIXED, "mtp": 1, **_ORACLE},
+    "mtp2": {"lengths": _MIXED, "mtp": 2, **_ORACLE},
+    "graph": {"lengths": _MIXED, "eager": False, "compilation": GRAPHS, **_ORACLE},
+    "graph_mtp1": {"lengths": _MIXED, "mtp": 1, "eager": False, "compilation": GRAPHS, **_ORACLE},
+    "graph_mtp2": {"lengths": _MIXED, "mtp": 2, "eager": False, "compilation": GRAPHS, **_ORACLE},
+    "graph_default": {"lengths": [8192, 16384], "eager": False, **_ORACLE},
 }
-DEFAULT_SUITES = ("eager", "mtp1", "mtp2", "graph_mtp1", "graph_mtp2")
+DEFAULT_SUITES = ("eager", "mtp1", "mtp2", "graph", "graph_mtp1", "graph_mtp2")
 
 
 class ProofError(ComposeError):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComposeError
-from . import engine_faults
+from . import engine_faults, engine_oracle
 from .recall_model import Fault, RecallSpec, make_prompts, predict, spec_from_json
 
 
@@ -58,6 +58,10 @@ class Suite:
     block_size: int = 64
     rotate_blocks: int = 0
     seed: int = 0
+    #: check every layer against the DSA oracle (`engine_oracle`) during the clean and the fault generations
+    oracle: bool = False
+    #: eager only: one short generation per `engine_oracle.CORRUPTIONS` kind, each of which must fail its check
+    oracle_corruptions: list[str] = field(default_factory=list)
 
 
 def engine(suite: Suite, spec: RecallSpec):
@@ -81,7 +85,12 @@ def engine(suite: Suite, spec: RecallSpec):
     if suite.backend:
         kwargs["attention_backend"] = suite.backend
     if suite.compilation is not None:
-        kwargs["compilation_config"] = suite.compilation
+        kwargs["compilation_config"] = dict(suite.compilation)
+        if suite.oracle and not suite.eager:
+            # every decode batch of up to max_num_seqs requests replays a graph of its own size (no padded rows),
+            # and each graph keeps the oracle's records
+            sizes = sorted({b * (1 + suite.mtp) for b in range(1, kwargs["max_num_seqs"] + 1)})
+            kwargs["compilation_config"].setdefault("cudagraph_capture_sizes", sizes)
     if suite.mtp:
         kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": suite.mtp}
     return LLM(**kwargs)
@@ -265,6 +274,37 @@ def spec_metrics(llm) -> dict:
     return out
 
 
+#: the checks every oracle run must have made at least once (prefill and IndexCache checks are reported as run)
+ORACLE_REQUIRED = ("decode_logits", "decode_topk", "slots", "attention")
+
+
+def oracle_verdict(summary: dict) -> tuple[bool, str]:
+    """Whether an oracle summary passes: no check failed and each of `ORACLE_REQUIRED` ran; with a label."""
+    counts = {c: e["count"] for c, e in summary["checks"].items()}
+    missing = [c for c in ORACLE_REQUIRED if not counts.get(c)]
+    ran = ", ".join(f"{c} {n}" for c, n in counts.items())
+    label = f"every layer agrees with the DSA oracle ({ran or 'no check ran'})"
+    if missing:
+        label += f"; never ran: {', '.join(missing)}"
+    return summary["failed"] == 0 and not missing and summary["total"] > 0, label
+
+
+def _oracle_generate(llm, prompts, max_tokens: int, corruption: str | None = None) -> tuple[list[list[int]], dict]:
+    engine_oracle.reset()
+    engine_oracle.corrupt(corruption)
+    engine_oracle.arm(True)
+    try:
+        got = generate(llm, prompts, max_tokens)
+    finally:
+        engine_oracle.arm(False)
+        engine_oracle.corrupt(None)
+    return got, engine_oracle.summary()
+
+
+def _failed_checks(summary: dict) -> list[str]:
+    return [c for c, e in summary["checks"].items() if e["failed"]]
+
+
 def run_suite(suite: Suite) -> dict:
     """Run `suite`; the result dict says what ran, the tokens, and `passed`."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -274,6 +314,8 @@ def run_suite(suite: Suite) -> dict:
         import vllm
 
         result["vllm_version"] = vllm.__version__
+        if suite.oracle:
+            result["oracle_install"] = engine_oracle.install()
         t0 = time.perf_counter()
         llm = engine(suite, spec)
         result["init_s"] = round(time.perf_counter() - t0, 1)
@@ -284,7 +326,10 @@ def run_suite(suite: Suite) -> dict:
                 result["rotation"] = {"error": f"{type(exc).__name__}: {exc}"}
         prompts = make_prompts(spec, suite.lengths, seed=suite.seed)
         t0 = time.perf_counter()
-        got = generate(llm, prompts, suite.max_tokens)
+        if suite.oracle:
+            got, result["oracle"] = _oracle_generate(llm, prompts, suite.max_tokens)
+        else:
+            got = generate(llm, prompts, suite.max_tokens)
         result["clean"] = {
             "generate_s": round(time.perf_counter() - t0, 2),
             "prompts": _judge(spec, prompts, got, suite.max_tokens),
@@ -292,6 +337,9 @@ def run_suite(suite: Suite) -> dict:
         result["checks"].append(
             ("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"]))
         )
+        if suite.oracle:
+            ok, label = oracle_verdict(result["oracle"])
+            result["checks"].append((label, ok))
         result["spec_metrics"] = spec_metrics(llm)
         if suite.mtp:
             drafts = judge_drafts(result["spec_metrics"], suite.mtp)
@@ -305,7 +353,10 @@ def run_suite(suite: Suite) -> dict:
             for name in suite.faults:
                 hooked = llm.apply_model(functools.partial(engine_faults.install, fault=name, layer=spec.recall_layer))
                 t0 = time.perf_counter()
-                got = generate(llm, fprompts, suite.fault_max_tokens)
+                if suite.oracle:
+                    got, seen = _oracle_generate(llm, fprompts, suite.fault_max_tokens)
+                else:
+                    got, seen = generate(llm, fprompts, suite.fault_max_tokens), None
                 counters = llm.apply_model(engine_faults.clear)
                 judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
                 result["faults"][name] = {
@@ -317,7 +368,21 @@ def run_suite(suite: Suite) -> dict:
                 result["checks"].append(
                     (f"fault {name} changes the tokens", all(not p["as_predicted"] for p in judged))
                 )
-            got = generate(llm, fprompts, suite.fault_max_tokens)
+                if seen is not None:
+                    # the oracle checks the kernels given their inputs; a top-k fault at a shared layer shows as
+                    # that layer reading other rows than its indexer layer wrote (zeroing the module's output
+                    # happens after the kernels, so the oracle has nothing to see there: reported, not judged)
+                    result["faults"][name]["oracle_failed_checks"] = _failed_checks(seen)
+                    if name != Fault.ZERO_OUTPUT.value:
+                        result["checks"].append(
+                            (f"the oracle flags fault {name} (index_share)", "index_share" in _failed_checks(seen))
+                        )
+            if suite.oracle:
+                got, result["oracle_after_faults"] = _oracle_generate(llm, fprompts, suite.fault_max_tokens)
+                ok, label = oracle_verdict(result["oracle_after_faults"])
+                result["checks"].append((f"after the faults: {label}", ok))
+            else:
+                got = generate(llm, fprompts, suite.fault_max_tokens)
             judged = _judge(spec, fprompts, got, suite.fault_max_tokens)
             result["after_faults"] = {"prompts": judged}
             result["checks"].append(("clean again after the faults", all(p["as_predicted"] for p in judged)))
@@ -338,6 +403,15 @@ def run_suite(suite: Suite) -> dict:
             output = output_probe(spec, got[0], hook["outputs"])
             result["output_probe"] = output
             result["checks"].append(("the recall layer's attention writes the designed value", output["ok"]))
+        if suite.oracle and suite.oracle_corruptions and suite.eager:
+            cprompts = make_prompts(spec, suite.fault_lengths or suite.lengths[:2], seed=suite.seed + 2)
+            result["oracle_corruptions"] = {}
+            for kind in suite.oracle_corruptions:
+                _got, seen = _oracle_generate(llm, cprompts, 4, corruption=kind)
+                failed = _failed_checks(seen)
+                result["oracle_corruptions"][kind] = {"failed_checks": failed, "summary": seen}
+                want = engine_oracle.CORRUPTIONS[kind]
+                result["checks"].append((f"oracle corruption {kind}: the {want} check fails", want in failed))
         result["ok"] = True
     except BaseException as exc:  # an engine failure is the result
         result["ok"] = False
