@@ -27,11 +27,10 @@ for s in "$@"; do
   echo "== $s at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
   timeout -s INT -k 15 $(( left - 15 )) python3 "$REPO/lab/device/prove.py" suite "$s" --model "$M" --out "$S/prove/$s.json" \
     > "$S/prove/$s.log" 2>&1
-  echo "rc=$? $(tail -1 "$S/prove/$s.log" | cut -c1-600)"
+  echo "rc=$? at $(( $(date +%s) - START ))s $(tail -1 "$S/prove/$s.log" | cut -c1-1500)"
 done
-cp "$S"/prove/*.json "${OUT:-/tmp/vc/out}/" 2>/dev/null
 if [ -n "${VC_SM80_PTX:-}" ]; then
-  python3 - "$S/prove/rec" > "${OUT:-/tmp/vc/out}/sm80_ptx.json" <<'PY'
+  python3 - "$S/prove/rec" > "$S/prove/sm80_ptx.json" <<'PY'
 import collections, json, pathlib, sys
 recs = [json.loads(x) for f in pathlib.Path(sys.argv[1]).glob("*.jsonl") for x in f.read_text().splitlines()]
 ptx = [r for r in recs if r.get("kind") == "sm80-ptx"]
@@ -40,5 +39,8 @@ print(json.dumps({"compiles": len(ptx), "targets": collections.Counter(r["ptx_ta
                   "kernels": sorted({r["kernel"] for r in ptx})}, indent=1))
 PY
 fi
-for f in "$S"/prove/*.log; do tail -c 4000 "$f" > "${OUT:-/tmp/vc/out}/$(basename "$f")"; done 2>/dev/null
+# one archive a call (a call brings back at most 8 files): every result so far, each log's last 20,000 bytes
+mkdir -p "$S/prove/tails"
+for f in "$S"/prove/*.log; do tail -c 20000 "$f" > "$S/prove/tails/$(basename "$f")"; done 2>/dev/null
+(cd "$S/prove" && tar czf "${OUT:-/tmp/vc/out}/prove-$(date +%H%M%S).tgz" ./*.json tails) 2>/dev/null
 true
