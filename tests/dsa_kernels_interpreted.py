@@ -192,6 +192,31 @@ def _fp8_codes(mods: dict) -> dict:
     return dict(by_key=torch.cat([by_key[0, :230], by_key[1, :26]]), by_query=by_query.reshape(-1))
 
 
+#: the tree's decoder while `_decode_table` runs (the interpreter runs a kernel's source with its module's globals,
+#: not its closure)
+_TREE_DECODE = None
+
+
+def _decode_table(mods: dict) -> torch.Tensor | None:
+    """The tree's bit-placement decoder (`_decode_e4m3fn_fp16_scaled`, series entry 0040) over all 256 codes, as
+    the fp16 it returns; None for a tree whose kernel has none (it decodes through the table)."""
+    global _TREE_DECODE
+    _TREE_DECODE = getattr(mods["mqa_logits_triton"], "_decode_e4m3fn_fp16_scaled", None)
+    if _TREE_DECODE is None:
+        return None
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def table(src, dst):
+        offs = tl.arange(0, 256)
+        tl.store(dst + offs, _TREE_DECODE(tl.load(src + offs)))
+
+    out = torch.empty(256, dtype=torch.float16)
+    table[(1,)](torch.arange(256, dtype=torch.uint8), out)
+    return out
+
+
 def _prefill(mods: dict, g: torch.Generator) -> dict:
     p = PREFILL
     m = len(p["ks"])
@@ -238,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.paged_only:
         result.update(prefill=_prefill(mods, g), sparse_mla=_sparse_mla(mods, g))
     result["fp8_codes"] = _fp8_codes(mods)
+    result["decode_table"] = _decode_table(mods)
     torch.save(result, args.out)
     return 0
 
