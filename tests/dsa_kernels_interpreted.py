@@ -16,6 +16,11 @@ saying why: bf16 `tl.dot` operands (multiplied as bit patterns) and 1-element lo
 
 The planted faults run the same kernels on wrong inputs, as a release bug would feed them: the paged logits with
 two block-table entries swapped, the sparse MLA with every index shifted by one slot.
+
+The fp8 codes case feeds the paged logits every E4M3FN code, once in the keys and once in the queries, on inputs
+built so that each logit is one decoded code exactly (a +1 and a -1 head weighted +1 and -1: relu(x) - relu(-x) = x);
+the test holds them against the lookup table PR #38476's kernel decodes through (0x7f / 0xff read as +-480).
+`--paged-only` runs only the paged-logits cases, for a tree holding mqa_logits_triton.py alone.
 """
 
 from __future__ import annotations
@@ -141,6 +146,77 @@ def _paged_decode(mods: dict, g: torch.Generator) -> dict:
     return dict(q=q, pool=pool, weights=w, context_lens=lens, block_table=table, logits=logits, faulty=faulty)
 
 
+def _code_pool(num_blocks: int, block_size: int, dim: int, keys: torch.Tensor, tables: list[list[int]]) -> torch.Tensor:
+    """A padded-page cache holding `keys` (uint8 codes, [N, dim], requests one after the other) at scale 1.0."""
+    page = block_size * (dim + 4) + 192
+    pool = torch.zeros(num_blocks, page, dtype=torch.uint8)
+    one = torch.ones(block_size, dtype=torch.float32).view(torch.uint8)
+    at = 0
+    for blocks, n in tables:
+        for i, b in enumerate(blocks[: -(-n // block_size)]):
+            rows = keys[at + i * block_size : at + min(n, (i + 1) * block_size)]
+            pool[b, : rows.numel()] = rows.reshape(-1)
+            pool[b, block_size * dim : block_size * (dim + 4)] = one
+        at += n
+    return pool[:, : block_size * (dim + 4)].view(num_blocks, block_size, 1, dim + 4)
+
+
+def _fp8_codes(mods: dict) -> dict:
+    """Every E4M3FN code through the paged logits, as keys and as queries; each logit is one code's value."""
+    run = mods["mqa_logits_triton"].fp8_paged_mqa_logits_triton
+    bs, d = 16, 64
+    codes = torch.arange(256, dtype=torch.uint8)
+    plus_minus = torch.tensor([0x38, 0xB8], dtype=torch.uint8)  # +1.0, -1.0
+    w = torch.tensor([1.0, -1.0])
+    # keys: code n at dim 0 of key n; request 0 holds codes 0..229 (15 blocks; its 16th table entry is stale and
+    # points far outside the cache, as a freed block's may), request 1 codes 230..255 (2 blocks)
+    keys = torch.zeros(256, d, dtype=torch.uint8)
+    keys[:, 0] = codes
+    table = [[3, 17, 0, 9, 12, 5, 19, 1, 14, 7, 10, 2, 16, 4, 11, 1 << 20], [8, 18] + [0] * 14]
+    pool = _code_pool(20, bs, d, keys, [(table[0], 230), (table[1], 26)])
+    q = torch.zeros(2, 1, 2, d, dtype=torch.uint8)
+    q[:, 0, :, 0] = plus_minus
+    lens = torch.tensor([230, 26], dtype=torch.int32)
+    by_key = run(q.view(torch.float8_e4m3fn), pool, w.repeat(2, 1), lens, torch.tensor(table, dtype=torch.int32), 230)
+    # queries: code 64 r + j at dim j of row r's first head, its negation on the second; key j is the unit vector
+    # at dim j (4 requests x next_n 1, 64 keys each, one shared set of 4 blocks)
+    unit = torch.zeros(d, d, dtype=torch.uint8)
+    unit[torch.arange(d), torch.arange(d)] = 0x38
+    upool = _code_pool(6, bs, d, unit, [([5, 2, 0, 3], d)])
+    qc = torch.zeros(4, 1, 2, d, dtype=torch.uint8)
+    qc[:, 0, 0, :] = codes.view(4, d)
+    qc[:, 0, 1, :] = codes.view(4, d) ^ 0x80
+    utable = torch.tensor([[5, 2, 0, 3]] * 4, dtype=torch.int32)
+    ulens = torch.full((4,), d, dtype=torch.int32)
+    by_query = run(qc.view(torch.float8_e4m3fn), upool, w.repeat(4, 1), ulens, utable, d)
+    return dict(by_key=torch.cat([by_key[0, :230], by_key[1, :26]]), by_query=by_query.reshape(-1))
+
+
+#: the tree's decoder while `_decode_table` runs (the interpreter runs a kernel's source with its module's globals,
+#: not its closure)
+_TREE_DECODE = None
+
+
+def _decode_table(mods: dict) -> torch.Tensor | None:
+    """The tree's bit-placement decoder (`_decode_e4m3fn_fp16_scaled`, series entry 0040) over all 256 codes, as
+    the fp16 it returns; None for a tree whose kernel has none (it decodes through the table)."""
+    global _TREE_DECODE
+    _TREE_DECODE = getattr(mods["mqa_logits_triton"], "_decode_e4m3fn_fp16_scaled", None)
+    if _TREE_DECODE is None:
+        return None
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def table(src, dst):
+        offs = tl.arange(0, 256)
+        tl.store(dst + offs, _TREE_DECODE(tl.load(src + offs)))
+
+    out = torch.empty(256, dtype=torch.float16)
+    table[(1,)](torch.arange(256, dtype=torch.uint8), out)
+    return out
+
+
 def _prefill(mods: dict, g: torch.Generator) -> dict:
     p = PREFILL
     m = len(p["ks"])
@@ -177,18 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--paged-only", action="store_true", help="run only the paged decode logits cases")
     args = ap.parse_args(argv)
     patch = [_widen_bf16_dot_operands(), _scalar_loop_bounds()]
     mods = _kernels(args.tree)
     configs = {name: _first_config_only(mod) for name, mod in mods.items()}
     g = torch.Generator().manual_seed(20261202)
-    result = dict(
-        configs=configs,
-        interpreter_patch=patch,
-        paged_decode=_paged_decode(mods, g),
-        prefill=_prefill(mods, g),
-        sparse_mla=_sparse_mla(mods, g),
-    )
+    result = dict(configs=configs, interpreter_patch=patch, paged_decode=_paged_decode(mods, g))
+    if not args.paged_only:
+        result.update(prefill=_prefill(mods, g), sparse_mla=_sparse_mla(mods, g))
+    result["fp8_codes"] = _fp8_codes(mods)
+    result["decode_table"] = _decode_table(mods)
     torch.save(result, args.out)
     return 0
 
