@@ -34,7 +34,10 @@ def fp8_paged_mqa_logits_triton(q, kv_cache, weights, context_lens, block_tables
         bt = block_tables.clone(); bt[:, [0, 1]] = bt[:, [1, 0]]
         ref = o.paged_decode_logits(q, kv_cache, weights, context_lens, bt, kv_cache.shape[1], width=max_model_len)
     # clean_logits=False: the columns outside each row's range hold whatever was there
-    return torch.where(torch.isfinite(ref), ref, torch.full_like(ref, 7.0))
+    out = torch.where(torch.isfinite(ref), ref, torch.full_like(ref, 7.0))
+    if BUG == "spill":  # a row's last block written past its end, over the next row's first keys
+        out[1, :3] = float("-inf")
+    return out
 
 def fp8_mqa_logits_triton(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True):
     k, scale = kv
@@ -247,6 +250,19 @@ def test_a_kernel_bug_is_caught_without_a_corruption(fake_vllm):
     assert first["max_rel_error"] > 0.01
 
 
+def test_a_row_overwritten_by_its_neighbour_is_located(fake_vllm):
+    """The defect entry 0037 fixes (a row's last block written past the row, over the next row's first keys) shows
+    as columns the reference holds valid and the kernel left at -inf; the report says which row and columns."""
+    eo.install()
+    fake_vllm[eo.INDEXER_MODULE].BUG = "spill"
+    w = _World()
+    eo.arm(True)
+    w.forward(fake_vllm, fake_vllm[eo.SPARSE_MODULE].XPUMLASparseImpl(w.buf))
+    first = eo.summary()["checks"]["decode_logits"]["layers"]["model.layers.0.self_attn.attn"]["first_failure"]
+    assert first["mask_mismatches"] == 3
+    assert first["where"] == [{"row": 1, "context_len": 70, "columns": 3, "first": 0, "last": 2}]
+
+
 def test_records_made_in_a_capture_are_checked_after_each_replay(fake_vllm, monkeypatch):
     eo.install()
     w = _World()
@@ -365,3 +381,19 @@ def test_oracle_verdict_needs_every_required_check():
     summary["checks"]["attention"]["failed"] = 1
     summary["failed"] = 1
     assert not recall_run.oracle_verdict(summary)[0]
+
+
+def test_dsa_sources_fingerprints_the_files_that_would_be_imported(tmp_path, monkeypatch):
+    import hashlib
+
+    from vllm_compose.validation import recall_run
+
+    pkg = tmp_path / "fakepkg_dsa"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernel.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = recall_run.dsa_sources(("fakepkg_dsa.kernel", "fakepkg_dsa.missing", "no_such_pkg.x"))
+    assert got["fakepkg_dsa.kernel"] == hashlib.sha256(b"X = 1\n").hexdigest()[:16]
+    assert got["fakepkg_dsa.missing"] == "not found" and got["no_such_pkg.x"] == "not found"
+    assert "fakepkg_dsa.kernel" not in sys.modules  # fingerprinted, not imported

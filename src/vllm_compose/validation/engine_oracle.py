@@ -419,7 +419,10 @@ def _check_decode(layer, rec, slots, topk_rows, o, torch) -> None:
         )
         box["ref"] = ref
         got = torch.where(torch.isfinite(ref), rec["logits"].float(), torch.full_like(ref, float("-inf")))
-        return _verdict(o.compare_logits(got, ref))
+        passed, metrics = _verdict(o.compare_logits(got, ref))
+        if not passed:
+            metrics["where"] = _mismatch_rows(got, ref, rec["context_lens"], q.shape[1], torch)
+        return passed, metrics
 
     _guarded(layer, "decode_logits", logits)
     if "ref" not in box or slots is None:
@@ -436,6 +439,26 @@ def _check_decode(layer, rec, slots, topk_rows, o, torch) -> None:
         return _verdict(o.compare_topk(got, want, logits=ref))
 
     _guarded(layer, "decode_topk", topk)
+
+
+def _mismatch_rows(got, ref, context_lens, next_n: int, torch, limit: int = 4) -> list[dict]:
+    """Where a decode logits check failed, for the report: per row (at most `limit`), its request's context length,
+    how many columns the reference holds finite and the kernel does not, and the first and last such column."""
+    out = []
+    bad = torch.isfinite(ref) & ~torch.isfinite(got)
+    lens = context_lens.tolist()
+    for row in bad.any(dim=1).nonzero().flatten().tolist()[:limit]:
+        cols = bad[row].nonzero().flatten()
+        out.append(
+            {
+                "row": row,
+                "context_len": int(lens[row // next_n]),
+                "columns": int(cols.numel()),
+                "first": int(cols[0]),
+                "last": int(cols[-1]),
+            }
+        )
+    return out
 
 
 def _check_prefill(layer, rec, slots, topk_rows, o, torch) -> None:

@@ -274,6 +274,37 @@ def spec_metrics(llm) -> dict:
     return out
 
 
+#: the modules of the DSA path whose source a result fingerprints (which compose ran: a staged tree's version string
+#: is the release's own)
+DSA_MODULES = (
+    "vllm.v1.attention.ops.mqa_logits_triton",
+    "vllm.v1.attention.ops.triton_mla_sparse_kernel",
+    "vllm.model_executor.layers.sparse_attn_indexer",
+    "vllm.v1.attention.backends.mla.triton_mla_sparse",
+    "vllm.v1.attention.backends.mla.xpu_mla_sparse",
+)
+
+
+def dsa_sources(modules: tuple[str, ...] = DSA_MODULES) -> dict[str, str]:
+    """sha256 (first 16 hex digits) of each DSA module's source file as the interpreter would import it, without
+    importing it; 'not found' where the installed vLLM has no such module."""
+    import hashlib
+    import importlib.util
+
+    out = {}
+    for name in modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None)
+        if origin and Path(origin).is_file():
+            out[name] = hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16]
+        else:
+            out[name] = "not found"
+    return out
+
+
 #: the checks every oracle run must have made at least once (prefill and IndexCache checks are reported as run)
 ORACLE_REQUIRED = ("decode_logits", "decode_topk", "slots", "attention")
 
@@ -314,6 +345,7 @@ def run_suite(suite: Suite) -> dict:
         import vllm
 
         result["vllm_version"] = vllm.__version__
+        result["dsa_sources"] = dsa_sources()
         if suite.oracle:
             result["oracle_install"] = engine_oracle.install()
         t0 = time.perf_counter()
