@@ -380,6 +380,10 @@ def time_native(record, do_bench, torch, native: Path) -> None:
                 def measure(heads=heads, ctx=ctx, batch=batch, next_n=next_n):
                     q, kv, w, lens, tables = _paged_inputs(torch, batch, ctx, next_n, heads, contiguous=True)
                     sms = torch.cuda.get_device_properties(0).multi_processor_count
+                    # DeepGEMM takes the per-row bounds (B, next_n), as vLLM's indexer metadata hands them on: row j
+                    # of a request sees ctx - next_n + j + 1 keys (it refuses the Triton kernel's one length a request)
+                    steps = torch.arange(next_n, device=lens.device, dtype=lens.dtype)
+                    lens = (lens[:, None] - next_n + 1 + steps[None, :]).contiguous()
                     sched = dg.get_paged_mqa_logits_metadata(lens, BLOCK, sms)
                     if hasattr(dg, "fp8_fp4_paged_mqa_logits"):
                         fn = functools.partial(dg.fp8_fp4_paged_mqa_logits, (q, None), kv, w, lens, tables, sched)
