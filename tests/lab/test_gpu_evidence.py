@@ -132,6 +132,17 @@ def test_recall_suites_join_the_cell_with_their_faults_contexts_and_offsets(tmp_
     )
 
 
+def test_recall_suites_with_the_oracle_say_how_many_layer_checks_agreed(tmp_path):
+    _recall(tmp_path, "2026-12-02", "a.json", "eager", True, faults=["shift"])
+    data = json.loads((tmp_path / "2026-12-02" / "recall" / "a.json").read_text())
+    data["oracle"] = {"total": 1858, "failed": 0, "passed": True}
+    (tmp_path / "2026-12-02" / "recall" / "a.json").write_text(json.dumps(data))
+    cell = collect_gpu_evidence(tmp_path)["0.26.0"].summary()
+    assert "eager (1 of 1 faults caught, 1,858 per-layer oracle checks agree)" in cell
+    outcome = collect_gpu_evidence(tmp_path)["0.26.0"].recall["eager"]
+    assert (outcome.oracle_checks, outcome.oracle_failed) == (1858, 0)
+
+
 def test_a_recall_pass_outranks_a_failure_in_its_folder_and_a_later_folder_wins(tmp_path):
     _recall(tmp_path, "2026-12-02", "a.json", "mtp2", False, mtp=2)
     _recall(tmp_path, "2026-12-02", "b.json", "mtp2", True, mtp=2)
@@ -163,3 +174,7 @@ def test_the_repository_recall_results_show_both_releases_and_every_fault_caught
         assert eager.passed and eager.faults == eager.faults_caught == 5 and eager.longest == 131072
         assert eager.past_int32
         assert ev[version].recall["graph_mtp2"].passed
+    # the per-layer oracle on v0.26.0 (sm_80 PTX): every suite, eager and graphs, MTP 0 to 2
+    for label in ("eager", "mtp1", "mtp2", "graph", "graph_mtp1", "graph_mtp2", "graph_default"):
+        outcome = ev["0.26.0"].recall[label]
+        assert outcome.passed and outcome.oracle_checks > 900 and outcome.oracle_failed == 0, label

@@ -78,6 +78,10 @@ class RecallOutcome:
     past_int32: bool
     error: str = ""
     folder: str = ""
+    #: per-layer DSA oracle checks made (`engine_oracle`, clean generation) and how many failed; 0 and 0 when the
+    #: suite ran without it
+    oracle_checks: int = 0
+    oracle_failed: int = 0
 
 
 #: elements of one sparse-MLA KV token (kv_lora 512 + rope 64): the first free block's element offset after the
@@ -94,6 +98,7 @@ def _recall_outcome(data: dict, folder: str) -> RecallOutcome:
     first = rotation.get("first_free_block_id") or 0
     past = first * int(suite.get("block_size", 64)) * _MLA_TOKEN_ELEMENTS >= 2**31
     error = _root_cause([data["error"]]) if data.get("error") else ""
+    oracle = data.get("oracle") or {}
     return RecallOutcome(
         suite["label"],
         config,
@@ -104,6 +109,8 @@ def _recall_outcome(data: dict, folder: str) -> RecallOutcome:
         past,
         error,
         folder,
+        int(oracle.get("total", 0)),
+        int(oracle.get("failed", 0)),
     )
 
 
@@ -113,7 +120,12 @@ def recall_summary(outcomes: dict[str, RecallOutcome]) -> str:
     bad = [o for o in outcomes.values() if not o.passed]
     parts = []
     if ok:
-        items = [o.config + (f" ({o.faults_caught} of {o.faults} faults caught)" if o.faults else "") for o in ok]
+        items = []
+        for o in ok:
+            notes = [f"{o.faults_caught} of {o.faults} faults caught"] if o.faults else []
+            if o.oracle_checks:
+                notes.append(f"{o.oracle_checks:,} per-layer oracle checks agree")
+            items.append(o.config + (f" ({', '.join(notes)})" if notes else ""))
         longest = max(o.longest for o in ok)
         past = ", KV offsets past 2**31" if all(o.past_int32 for o in ok) else ""
         parts.append(f"as predicted: {', '.join(sorted(items))} (contexts to {longest:,}{past})")
