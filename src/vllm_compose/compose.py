@@ -452,6 +452,14 @@ class Composer:
         result = self.result
         applied = sum(e.status is EntryStatus.APPLIED for e in result.entries)
         result.message = f"composed {applied} entries onto {self.tag}"
+        # a branch of this release under another PR set (the series named its PRs otherwise then, e.g. before a PR
+        # shipped in the release) is not updated: say so, so nobody builds it by habit
+        suffix = f"-{self.tag}"
+        result.other_branches = sorted(
+            name
+            for name in self.repo.branches.local
+            if name.startswith("compose-") and name.endswith(suffix) and name != result.branch
+        )
         return result
 
     def _stop_for_a_person(self) -> ComposeResult:

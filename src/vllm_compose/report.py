@@ -162,6 +162,13 @@ def render_compose(result) -> str:
         out.append(f"  hint: {failure_hint(result.final_checks, fix)}")
     if result.status == ComposeStatus.COMPOSED:
         out.append(f"branch {result.branch} -> {(result.head or '')[:12]}")
+        if result.other_branches:
+            others = ", ".join(result.other_branches)
+            out.append(
+                f"note: {others} also compose{'s' if len(result.other_branches) == 1 else ''} {result.tag} in this "
+                f"repository, from an earlier series (another PR set), and {'was' if len(result.other_branches) == 1 else 'were'} "
+                f"not updated: build {result.branch}"
+            )
         if result.build_setup is not None:
             out.append(("build: " if result.build_setup.commit else "") + result.build_setup.message)
     return "\n".join(out) + "\n"

@@ -216,6 +216,8 @@ class ComposeResult:
     build_setup: BuildSetup | None = None
     #: the relocated and merged landings and their approvals (None: the compose did not get that far)
     review: Review | None = None
+    #: other compose branches of the same release in the repository (an earlier series' PR set), not updated
+    other_branches: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -238,6 +240,7 @@ class ComposeResult:
             "final_checks": self.final_checks.to_json() if self.final_checks is not None else None,
             "build_setup": self.build_setup.to_json() if self.build_setup is not None else None,
             "review": self.review.to_json() if self.review is not None else None,
+            "other_branches": self.other_branches,
             "entries": [e.to_json() for e in self.entries],
         }
 

@@ -343,3 +343,36 @@ def test_no_checks_is_recorded_in_the_report(toy_series, toy_upstream, tmp_path,
         }
     ]
     assert "skipped (--no-checks given)" in capsys.readouterr().out
+
+
+def test_an_earlier_series_branch_of_the_release_is_named_not_updated(toy_series, toy_upstream, tmp_path, capsys):
+    """A compose branch of the same release under another PR set (an earlier series) stays as it was, and the
+    report names it so nobody builds it by habit."""
+    git(toy_upstream, "branch", "compose-99-101-v1.0.0", "v1.0.0")
+    stale = git(toy_upstream, "rev-parse", "compose-99-101-v1.0.0")
+    git(toy_upstream, "branch", "compose-101-v1.1.0", "v1.1.0")  # another release's: not this one's business
+    out = tmp_path / "r.json"
+    assert (
+        main(
+            [
+                "rebase",
+                "--onto",
+                "v1.0.0",
+                "--series",
+                str(toy_series),
+                "--repo",
+                str(toy_upstream),
+                "--offline",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert json.loads(out.read_text())["other_branches"] == ["compose-99-101-v1.0.0"]
+    text = capsys.readouterr().out
+    assert (
+        "note: compose-99-101-v1.0.0 also composes v1.0.0 in this repository, from an earlier series "
+        "(another PR set), and was not updated: build compose-101-v1.0.0"
+    ) in text
+    assert git(toy_upstream, "rev-parse", "compose-99-101-v1.0.0") == stale
