@@ -8,12 +8,15 @@ time is the difference (prefill cancels), so
 
     per-request decode tok/s = (tokens - 1) / (t(tokens) - t(1)),   aggregate = batch x that.
 
-The tokens are judged against the prediction too: a fast wrong run is not a result. Offline (`LLM.generate`), not
-through `vllm serve`.
+The tokens are judged against the prediction too: a fast wrong run is not a result. `run` is offline
+(`LLM.generate`); `serve` measures the same model as users run it, through `vllm serve` with the user guide's flags
+and an HTTP client, streamed (TTFT, inter-token latency, prefill tok/s) and not (the same difference as offline):
+see `recall_serve.py`. Rows carry a `path`: offline, serve, serve-stream.
 
     python benchmarks/recall_e2e.py model --out /tmp/vc/recall_a80 --acceptance 0.8      # on the GPU, 10-20 s
     python benchmarks/recall_e2e.py run --model /tmp/vc/recall_a80 --mtp 1 --batch 8 --out r.json
-    python benchmarks/recall_e2e.py table r1.json r2.json ...                             # markdown rows
+    python benchmarks/recall_e2e.py serve --model /tmp/vc/recall_a80 --mtp 1 --batches 1,8,32 --out s.json
+    python benchmarks/recall_e2e.py table r1.json s.json ...                              # markdown rows
 
 Needs a GPU and vLLM (run it as lab/device/prove.sh runs the suites: the staged site on PYTHONPATH).
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,20 +43,42 @@ def decode_rates(batch: int, tokens: int, t_one: float, t_all: float) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    """Markdown rows: mode, MTP, designed acceptance, measured first-draft acceptance, batch, context, rates."""
+    """Markdown rows: path (offline, serve, serve-stream), mode, MTP, designed and measured first-draft acceptance,
+    batch, context, decode rates, TTFT and prefill (streamed rows), KV bytes per token (served rows), tokens right."""
     rows = [
-        "| mode | MTP | acceptance (designed) | first drafts accepted | batch | context | decode tok/s per request "
-        "| aggregate | tokens as predicted |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| path | mode | MTP | acceptance (designed) | first drafts accepted | batch | context | decode tok/s per request "
+        "| aggregate | TTFT ms (mean) | prefill tok/s | KV bytes/token | tokens as predicted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(results, key=lambda r: (r["mode"], r["batch"], r["mtp"], r["acceptance"])):
-        measured = r.get("first_draft_accepted")
+
+    def key(r: dict):
+        return (r["mode"], r["batch"], r["mtp"], r["acceptance"], PATHS.index(r.get("path", "offline")))
+
+    def opt(value, fmt: str = "{}") -> str:
+        return "-" if value is None else fmt.format(value)
+
+    for r in sorted(results, key=key):
         rows.append(
-            f"| {r['mode']} | {r['mtp']} | {r['acceptance']:.2f} | "
-            f"{'-' if measured is None else f'{measured:.2f}'} | {r['batch']} | {r['context']:,} | "
-            f"{r['per_request_tok_s']} | {r['aggregate_tok_s']} | {'yes' if r['as_predicted'] else 'NO'} |"
+            f"| {r.get('path', 'offline')} | {r['mode']} | {r['mtp']} | {r['acceptance']:.2f} | "
+            f"{opt(r.get('first_draft_accepted'), '{:.2f}')} | {r['batch']} | {r['context']:,} | "
+            f"{r['per_request_tok_s']} | {r['aggregate_tok_s']} | {opt((r.get('ttft_ms') or {}).get('mean'))} | "
+            f"{opt(r.get('prefill_tok_s'))} | {opt(r.get('kv_bytes_per_token'), '{:,.0f}')} | "
+            f"{'yes' if r['as_predicted'] else 'NO'} |"
         )
     return "\n".join(rows) + "\n"
+
+
+#: a result's `path`, in the order the table lists a configuration's rows (offline results before it had none)
+PATHS = ("offline", "serve", "serve-stream")
+
+
+def read_results(paths: list[Path]) -> list[dict]:
+    """The rows of result files: `run` writes one row a file, `serve` a list."""
+    out = []
+    for p in paths:
+        data = json.loads(p.read_text())
+        out += data if isinstance(data, list) else [data]
+    return out
 
 
 def _first_draft_rate(metrics: dict, mtp: int) -> float | None:
@@ -103,6 +129,7 @@ def run(args) -> dict:
         if k != "error"
     }
     return {
+        "path": "offline",
         "mode": "graphs" if args.graphs else "eager",
         "mtp": args.mtp,
         "acceptance": 1.0 - len(spec.mtp_wrong) / spec.chain,
@@ -116,6 +143,49 @@ def run(args) -> dict:
         "as_predicted": all(g == predict(spec, p, args.tokens) for g, p in zip(got, prompts, strict=True)),
         "spec_metrics": delta,
     }
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def serve(args) -> int:
+    """The `serve` command: rows printed as they come, all of them written to --out; the server is gone after."""
+    from recall_serve import Plan, ServeError
+    from recall_serve import run as serve_run
+
+    from vllm_compose.errors import ExitCode
+
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        print(f"--batches {args.batches!r}: comma-separated whole numbers, e.g. 1,8,32", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    plan = Plan(args.model, batches, args.context, args.tokens, args.mtp, args.graphs, args.prefix_caching)
+    log = args.log or args.out.with_suffix(".server.log")
+    # `timeout` and the device's limit send SIGTERM: unwind as on Ctrl-C, so the server's group is killed
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    # rows so far go to OUT.partial as they come (a late failure keeps the earlier batches); OUT only when all ran
+    partial, done = args.out.with_name(args.out.name + ".partial"), []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.unlink(missing_ok=True)
+
+    def show(r: dict) -> None:
+        done.append(r)
+        partial.write_text(json.dumps(done, indent=1))
+        print(json.dumps({k: r.get(k) for k in ("path", "mode", "mtp", "batch", "per_request_tok_s", "as_predicted")}))
+
+    try:
+        rows = serve_run(plan, log, port=args.port or None, python=args.python, ready_timeout_s=args.ready_timeout,
+                         on_row=show)  # fmt: skip
+    except (ServeError, ValueError) as exc:
+        kept = f" ({len(done)} rows so far in {partial})" if done else ""
+        print(f"error: {exc}{kept}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", ExitCode.REFUSED))
+    args.out.write_text(json.dumps(rows, indent=1))
+    partial.unlink(missing_ok=True)
+    return 0 if all(r["as_predicted"] for r in rows) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--tokens", type=int, default=128)
     r.add_argument("--graphs", action="store_true", help="CUDA graphs for decode (no Inductor)")
     r.add_argument("--out", required=True)
+    s = sub.add_parser("serve", help="one configuration through `vllm serve`, batch sizes one after another")
+    s.add_argument("--model", required=True)
+    s.add_argument("--mtp", type=int, default=0)
+    s.add_argument("--batches", default="1,8,32", help="comma-separated batch sizes (concurrent requests)")
+    s.add_argument("--context", type=int, default=8192)
+    s.add_argument("--tokens", type=int, default=64)
+    s.add_argument("--graphs", action="store_true", help="CUDA graphs for decode (no Inductor), else --enforce-eager")
+    s.add_argument("--prefix-caching", action="store_true", help="leave vLLM's prefix caching on (off as offline)")
+    s.add_argument("--port", type=int, default=0, help="default: a free one")
+    s.add_argument("--ready-timeout", type=float, default=600.0, help="seconds for the server to answer /health")
+    s.add_argument("--python", default=sys.executable, help="the interpreter that runs `vllm serve`")
+    s.add_argument("--log", type=Path, help="the server's log (default: OUT with .server.log)")
+    s.add_argument("--out", required=True, type=Path)
     t = sub.add_parser("table", help="markdown rows of result files")
     t.add_argument("results", nargs="+", type=Path)
     args = ap.parse_args(argv)
@@ -141,8 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         write_checkpoint(with_draft_acceptance(glm5_spec(), args.acceptance), Path(args.out), device="cuda")
         return 0
     if args.cmd == "table":
-        sys.stdout.write(table([json.loads(p.read_text()) for p in args.results]))
+        sys.stdout.write(table(read_results(args.results)))
         return 0
+    if args.cmd == "serve":
+        return serve(args)
     result = run(args)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("mode", "mtp", "batch", "per_request_tok_s", "as_predicted")}))

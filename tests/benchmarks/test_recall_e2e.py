@@ -47,13 +47,22 @@ def test_table_orders_rows_and_marks_wrong_tokens():
             _result(batch=8, as_predicted=False, aggregate_tok_s=200.0),
         ]
     ).splitlines()
-    assert rows[2] == "| eager | 0 | 1.00 | - | 1 | 8,192 | 30.1 | 30.1 | yes |"
-    assert rows[3] == "| eager | 1 | 0.80 | 0.79 | 1 | 8,192 | 41.0 | 41.0 | yes |"
-    assert rows[4].endswith("| 200.0 | NO |")
+    assert rows[2] == "| offline | eager | 0 | 1.00 | - | 1 | 8,192 | 30.1 | 30.1 | - | - | - | yes |"
+    assert rows[3] == "| offline | eager | 1 | 0.80 | 0.79 | 1 | 8,192 | 41.0 | 41.0 | - | - | - | yes |"
+    assert rows[4].endswith("| 200.0 | - | - | - | NO |")
 
 
 def test_table_command_reads_result_files(tmp_path, capsys):
     f = tmp_path / "r.json"
     f.write_text(json.dumps(_result()))
     assert main(["table", str(f)]) == 0
-    assert capsys.readouterr().out.splitlines()[2].startswith("| eager | 0 |")
+    assert capsys.readouterr().out.splitlines()[2].startswith("| offline | eager | 0 |")
+
+
+def test_table_reads_a_serve_file_of_rows_beside_an_offline_one(tmp_path, capsys):
+    one, rows = tmp_path / "r.json", tmp_path / "s.json"
+    one.write_text(json.dumps(_result(path="offline")))
+    rows.write_text(json.dumps([_result(path="serve-stream"), _result(path="serve", batch=8)]))
+    assert main(["table", str(one), str(rows)]) == 0
+    got = [r.split(" | ")[0] for r in capsys.readouterr().out.splitlines()[2:]]
+    assert got == ["| offline", "| serve-stream", "| serve"]
