@@ -197,7 +197,10 @@ def test_measure_against_the_stub(model_dir):
     assert 2 / 0.3 < stream["per_request_tok_s"] <= 2 / 0.03 + 1
     plain = rows[3]
     # t(1) = ttft, t(9) = ttft + 4 chunks x itl: 8 tokens in 0.12 s
-    assert plain["t_all_s"] > plain["t_one_s"] and 8 / 1.5 < plain["per_request_tok_s"] <= 8 / 0.12 + 1
+    # t(1) and t(9) come from two generations, so their difference carries both one's noise: no upper bound, the
+    # rate checked against its definition instead
+    assert plain["t_all_s"] > plain["t_one_s"] and 8 / 1.5 < plain["per_request_tok_s"]
+    assert plain["per_request_tok_s"] == pytest.approx(8 / (plain["t_all_s"] - plain["t_one_s"]), rel=0.02)
     assert plain["aggregate_tok_s"] == pytest.approx(3 * plain["per_request_tok_s"], abs=0.02)
     # every pass sent prompts of its own (no prefill reused), of the offline path's lengths
     prompts = [tuple(b["prompt"]) for b in stub.bodies]
