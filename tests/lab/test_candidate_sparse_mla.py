@@ -1,0 +1,160 @@
+"""The candidate sparse-MLA decode kernel of lab/candidates/perf-sparse-mla-decode-all-heads.patch (not a series
+entry: it has no GPU numbers yet), run in Triton's interpreter on a CPU and held against
+`vllm_compose.validation.dsa_oracle` and against the kernel it replaces.
+
+CI has no composed tree, so both kernels come from the candidate's own patch: its single hunk covers
+triton_mla_sparse_kernel.py from line 1 to its end, so its pre-image is the composed v0.26.0 module (PR #38476's
+kernel with fix-dsa-triton-kernels-int64-offsets) and its post-image the candidate, each runnable alone.
+tests/dsa_kernels_interpreted.py runs them with `--sparse-heads` in a subprocess (TRITON_INTERPRET=1, the
+interpreter's bf16 `tl.dot` and loop-bound corrections on): 4 tokens at 8, 20 and 64 heads (one program of 16, one
+of 32 with 12 heads masked, one of 64), top-k 64 with -1 padding, a repeated slot, the last slot, a token with no
+valid index and one with a single valid index, single-pass, 2 and 4 splits and the wrapper's own choice, and the
+planted fault (every index one slot on) that must fail.
+
+Interpreter times say nothing about GPU speed: lab/candidates/README.md says how to time the candidate on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from release_trees import composed_tree
+
+torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .ci/run)")
+pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
+
+from vllm_compose.patchfile import parse_patch  # noqa: E402
+from vllm_compose.validation import dsa_oracle as o  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = REPO / "tests" / "dsa_kernels_interpreted.py"
+CANDIDATE = REPO / "lab" / "candidates" / "perf-sparse-mla-decode-all-heads.patch"
+SPARSE_FILE = "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
+HEADS = (8, 20, 64)
+PATHS = ("splits_1", "splits_2", "splits_4", "splits_auto")
+
+
+def module_texts() -> tuple[str, str]:
+    """(pre-image, post-image) of the candidate's one hunk: the composed module and the candidate module."""
+    patch = parse_patch(CANDIDATE.read_bytes(), CANDIDATE.name)
+    (fp,) = patch.files
+    assert fp.path == SPARSE_FILE
+    (hunk,) = fp.hunks
+    # each image is a runnable module only if the hunk spans the whole file
+    assert (hunk.old_start, hunk.new_start) == (1, 1), hunk.header
+    before, after = ("\n".join(lines) + "\n" for lines in (hunk.pre_image, hunk.post_image))
+    for text in (before, after):
+        assert "def triton_mla_sparse_attention(" in text and text.rstrip().endswith("return out")
+    return before, after
+
+
+def tree_of(text: str, root: Path) -> Path:
+    """A tree whose triton_mla_sparse_kernel.py is `text` (and an empty indexer module, which the loader wants and
+    `--sparse-heads` never calls)."""
+    ops = root / "vllm" / "v1" / "attention" / "ops"
+    ops.mkdir(parents=True)
+    (ops / "triton_mla_sparse_kernel.py").write_text(text)
+    (ops / "mqa_logits_triton.py").write_text("")
+    return root
+
+
+def interpret(tree: Path, out: Path) -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    heads = ",".join(map(str, HEADS))
+    cmd = [sys.executable, str(DRIVER), "--tree", str(tree), "--out", str(out), "--sparse-heads", heads]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"the interpreted sparse-MLA kernel of {tree} failed:\n{proc.stderr[-3000:]}"
+    return torch.load(out, weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """{"before": the composed kernel's run, "after": the candidate's}, on the same seeded inputs."""
+    tmp = tmp_path_factory.mktemp("candidate-sparse-mla")
+    before, after = module_texts()
+    return {
+        name: interpret(tree_of(text, tmp / name), tmp / f"{name}.pt")
+        for name, text in (("before", before), ("after", after))
+    }
+
+
+def reference(case: dict) -> torch.Tensor:
+    want, _ = o.sparse_mla_attention(case["q"], case["kv"], case["indices"], case["sm_scale"])
+    return want
+
+
+@pytest.mark.parametrize("heads", HEADS)
+def test_every_path_of_the_candidate_matches_the_oracle(runs, heads):
+    case = runs["after"]["sparse_by_heads"][heads]
+    want = reference(case)
+    for path in PATHS:
+        got = case["outputs"][path]
+        assert got.shape == (4, heads, 512) and got.dtype == torch.bfloat16, (path, got.shape, got.dtype)
+        verdict = o.compare_attention(got, want)
+        # measured at most 3.0e-3 and at least 0.999995 (bf16 outputs), the composed kernel's figures on these inputs
+        assert verdict.passed and verdict.min_cosine > 0.99999 and verdict.max_rel_error < 5e-3, (path, verdict)
+
+
+@pytest.mark.parametrize("heads", HEADS)
+def test_padding_a_row_with_no_valid_index_and_a_single_index(runs, heads):
+    case = runs["after"]["sparse_by_heads"][heads]
+    value = case["kv"][123, 0, :512]
+    for path in PATHS:
+        out = case["outputs"][path]
+        assert torch.equal(out[2], torch.zeros_like(out[2])), f"{path}: a token with no valid index is not 0"
+        # one valid index: softmax weight 1, so the output is that slot's value row, bit for bit
+        assert torch.equal(out[3], value.expand(heads, 512)), f"{path}: token 3 is not slot 123's value row"
+
+
+@pytest.mark.parametrize("heads", HEADS)
+def test_the_candidate_is_as_close_as_the_kernel_it_replaces(runs, heads):
+    new, old = runs["after"]["sparse_by_heads"][heads], runs["before"]["sparse_by_heads"][heads]
+    assert torch.equal(new["indices"], old["indices"]) and torch.equal(new["q"], old["q"])  # the same inputs
+    want = reference(new)
+    for path in PATHS:
+        got_new, got_old = new["outputs"][path], old["outputs"][path]
+        err_new = o.compare_attention(got_new, want).max_abs_error
+        err_old = o.compare_attention(got_old, want).max_abs_error
+        # both round fp32 sums to bf16; the order of the sums differs (chunks, tiles, BLOCK_N), so a few outputs
+        # round the other way: at most one bf16 step at the outputs' scale (|out| < 4: 2**-6; measured 3.9e-3 at
+        # most, and the same largest error against the oracle)
+        assert err_new <= err_old + 2**-8, (path, err_new, err_old)
+        assert float((got_new.float() - got_old.float()).abs().max()) <= 2**-6, path
+
+
+@pytest.mark.parametrize("heads", HEADS)
+def test_shifted_indices_fail(runs, heads):
+    case = runs["after"]["sparse_by_heads"][heads]
+    bad = o.compare_attention(case["outputs"]["faulty"], reference(case))
+    assert not bad.passed and bad.mean_cosine < 0.5, bad  # measured 0.31-0.42
+
+
+def test_heads_per_program_and_split_choices(runs):
+    after, before = runs["after"], runs["before"]
+    assert after["block_h"] == {1: 16, 8: 16, 16: 16, 20: 32, 64: 64, 100: 64, 128: 64}
+    # (tokens, head groups, top-k, SMs) -> splits: the smallest power of two covering 3/4 of the SMs, at most 16,
+    # at least 128 indices a split
+    assert after["splits"] == {
+        (64, 1, 2048, 132): 2,  # GLM-5 TP1, 64 rows: 128 programs
+        (64, 2, 2048, 132): 1,  # DeepSeek-V3.2 TP1, 64 rows: 128 programs already
+        (32, 1, 2048, 132): 4,
+        (8, 1, 2048, 132): 16,
+        (1, 1, 2048, 132): 16,
+        (64, 1, 2048, 108): 2,  # an A100
+        (1, 1, 256, 132): 2,  # 128 indices a split at least
+        (200, 1, 2048, 132): 1,
+    }
+    # the composed kernel splits only below a quarter of the SMs (its programs hold 16 heads)
+    assert before["splits"][(64, 1, 2048, 132)] == 1 and before["splits"][(1, 1, 2048, 132)] == 16
+
+
+def test_the_candidates_pre_image_is_the_composed_v0_26_0_module():
+    # with VLLM_COMPOSE_TEST_TREES only: the patch must apply to what the compose writes (CI has no composed tree;
+    # lab/candidates/README.md applies it with `patch -p1` to the compose branch's archive)
+    tree = composed_tree("v0.26.0", SPARSE_FILE)
+    before, _ = module_texts()
+    assert (tree / SPARSE_FILE).read_text() == before
