@@ -158,3 +158,51 @@ def test_the_candidates_pre_image_is_the_composed_v0_26_0_module():
     tree = composed_tree("v0.26.0", SPARSE_FILE)
     before, _ = module_texts()
     assert (tree / SPARSE_FILE).read_text() == before
+
+
+#: benchmarks/dsa_kernels.py's sparse-MLA section on the composed kernel and the candidate, in the interpreter at a
+#: small shape (20 heads, 2 rows, top-k 256 over 300 slots), `--mla-max-block-h 16,32,64` as the lead runs it; the
+#: wrapper's own split choice asks the stand-in for the SM count (132, an H200's): 2 splits for both kernels (256
+#: indices, at least 128 a split). `do_bench` calls once.
+BENCH_SCRIPT = """
+import json, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[4] + "/tests", sys.argv[4] + "/benchmarks", sys.argv[4] + "/lab/device"]
+import dsa_kernels_interpreted as di
+import dsa_kernels as dk
+from kernel_offsets import install_vllm_shim
+import torch
+di._widen_bf16_dot_operands(); di._scalar_loop_bounds()
+trees = []
+for root in sys.argv[1:3]:
+    mods = install_vllm_shim(Path(root))
+    di._first_config_only(mods["triton_mla_sparse_kernel"])
+    mods["triton_mla_sparse_kernel"].num_compute_units = lambda index=0: 132
+    trees.append((Path(root).name, mods))
+dk.MLA, dk.MLA_ROWS, dk.TOPK, dk.MLA_SLOTS = [("t", 20)], [2], 256, 300
+rows = []
+dk.time_mla_decode(trees, [16, 32, 64], rows.append, lambda fn: (fn(), 1.0)[1], torch, "cpu")
+Path(sys.argv[3]).write_text(json.dumps(rows))
+"""
+
+
+def test_the_benchmark_times_the_candidate_at_each_heads_per_program(tmp_path):
+    import json
+
+    before, after = module_texts()
+    trees = [tree_of(before, tmp_path / "before"), tree_of(after, tmp_path / "after")]
+    out = tmp_path / "rows.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-c", BENCH_SCRIPT, *map(str, trees), str(out), str(REPO)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [r["tree"] for r in rows] == ["before", "after@bh16", "after@bh32", "after@bh64"]
+    for r in rows:
+        assert r["shape"] == "t 20h top-k 256 rows 2" and r["bytes"] == 2 * 256 * (576 * 2 + 4) + 2 * 20 * 1088 * 2
+        # the autotuned kernel that ran (split-KV, then the merge, which is not autotuned) and its config
+        assert list(r["autotune"]) == ["_sparse_mla_kernel_split"], r["autotune"]
+        assert r["autotune"]["_sparse_mla_kernel_split"]["config"].startswith("BLOCK_N: 32, num_warps: ")
+    for r in rows[1:]:
+        diff = r["vs_first_tree"]
+        assert diff["finite"] and diff["max_abs_diff"] <= 2**-7 and diff["max_abs_first"] > 0.1, (r["tree"], diff)
