@@ -206,3 +206,17 @@ def test_the_benchmark_times_the_candidate_at_each_heads_per_program(tmp_path):
     for r in rows[1:]:
         diff = r["vs_first_tree"]
         assert diff["finite"] and diff["max_abs_diff"] <= 2**-7 and diff["max_abs_first"] > 0.1, (r["tree"], diff)
+
+
+def test_the_first_config_builds_for_sm80_without_spills_inside_an_a100s_shared_memory(tmp_path):
+    # a compile for sm_80 on the CPU (Triton's PTX, the wheel's ptxas), not a timing: the config the interpreter runs
+    # and the GPU autotune tries first must hold the 64-head accumulator in registers, fit an A100's 163 KB of shared
+    # memory, gather 16 bytes a load and double-buffer the gathered tile (measured: 255 registers, 152,320 B)
+    sys.path.insert(0, str(REPO / "lab" / "candidates"))
+    from sm80_resources import resources
+
+    _, after = module_texts()
+    tree = tree_of(after, tmp_path / "after")
+    r = resources(tree, "final", heads=64, block_n=32, num_warps=8, num_stages=5)
+    assert r["block_h"] == 64 and r["spill_stack_bytes"] == 0 and r["fits_a100"], r
+    assert r["kv_async_copy"] and r["kv_buffers"] == 2 and r["widest_global_load"] == 16, r
