@@ -15,8 +15,9 @@ times a tree whose kernel has `_PAGED_BLOCKS_PER_PROG` (series entry 0040) at ea
 Likewise `--mla-max-block-h 16,32,64` times a sparse-MLA kernel that has `_MAX_BLOCK_H` (heads a program; the candidate
 in lab/candidates/) at each value, labelled `tree@bhN`. The sparse-MLA rows record each tree's largest |difference|
 from the first tree's output (`vs_first_tree`) and the autotuned kernels' chosen config and, where a row's call
-tuned them, every config's time (`autotune`). `--mla-only` times the sparse-MLA decode rows alone (no paged logits,
-no further sections), to spend GPU minutes on a sparse-MLA candidate.
+tuned them, every config's time (`autotune`). `--mla-only` times the sparse-MLA decode rows alone and FlashMLA's
+sparse kernel on the same shapes where `--native` has it (no paged logits, no other section), to spend GPU minutes on
+a sparse-MLA candidate.
 
 Rows are written to --out as they finish, so a run cut short keeps what it measured. Further sections, each guarded
 so that a kernel that fails records a row saying why and the run goes on: the prefill indexer logits
@@ -172,6 +173,7 @@ def main() -> int:
 
     time_mla_decode(trees, block_hs, record, do_bench, torch, dev)
     if args.mla_only:
+        time_flashmla_sparse(record, do_bench, torch, args.native)
         return 0
     extra_sections(trees[0][1], record, args.native)
     return 0
@@ -405,6 +407,12 @@ def _load_deep_gemm(native: Path):
 
 def time_native(record, do_bench, torch, native: Path) -> None:
     """FlashMLA's sparse kernel and DeepGEMM's paged MQA logits on the inputs the Triton rows use."""
+    time_flashmla_sparse(record, do_bench, torch, native)
+    time_deep_gemm_paged(record, do_bench, torch, native)
+
+
+def time_flashmla_sparse(record, do_bench, torch, native: Path) -> None:
+    """FlashMLA's sparse kernel at the sparse-MLA decode rows' shapes."""
     try:
         flashmla, why = _load_flashmla(native, torch), None
     except Exception as exc:  # noqa: BLE001 - reported on every row it would have timed
@@ -426,6 +434,10 @@ def time_native(record, do_bench, torch, native: Path) -> None:
 
             _guarded(record, "FlashMLA sparse (native)", shape, nbytes, measure)
     del kv  # 0.7 GB
+
+
+def time_deep_gemm_paged(record, do_bench, torch, native: Path) -> None:
+    """DeepGEMM's paged MQA logits at the paged decode logits' shapes (and their MTP rows)."""
     try:
         dg, why = _load_deep_gemm(native), None
     except Exception as exc:  # noqa: BLE001
