@@ -122,15 +122,6 @@ def main() -> int:
             flush=True,
         )
 
-    def paged_variants():
-        """(label, module, blocks per program or None) for each tree, and each --paged-blocks-per-prog value."""
-        for label, mods in trees:
-            mod = mods["mqa_logits_triton"]
-            if bpps and hasattr(mod, "_PAGED_BLOCKS_PER_PROG"):
-                yield from ((f"{label}@bpp{b}", mod, b) for b in bpps)
-            else:
-                yield label, mod, None
-
     def agreement(got, first) -> dict:
         same_mask = bool(torch.equal(torch.isfinite(got), torch.isfinite(first)))
         finite = torch.isfinite(first) & torch.isfinite(got)
@@ -150,7 +141,7 @@ def main() -> int:
                 lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
                 moved = paged_logits_bytes(batch, ctx, next_n)
                 first = None
-                for tree, mod, bpp in paged_variants():
+                for tree, mod, bpp in swept(trees, "mqa_logits_triton", "_PAGED_BLOCKS_PER_PROG", bpps, "bpp"):
                     if bpp is not None:
                         mod._PAGED_BLOCKS_PER_PROG = bpp
                     run = functools.partial(
@@ -179,13 +170,15 @@ def main() -> int:
     return 0
 
 
-def mla_variants(trees, block_hs):
-    """(label, module, heads a program or None) for each tree, and each --mla-max-block-h value where the tree's
-    kernel has `_MAX_BLOCK_H`."""
+def swept(trees, kernel: str, knob: str, values: list[int], tag: str):
+    """(label, module, value or None) for each tree's `kernel` module: once as it is, or, where the module has the
+    attribute `knob` and `values` are given, once per value, labelled `tree@<tag><value>` (the caller sets the
+    attribute before timing: `--paged-blocks-per-prog` sweeps entry 0040's `_PAGED_BLOCKS_PER_PROG`,
+    `--mla-max-block-h` the sparse-MLA candidate's `_MAX_BLOCK_H`)."""
     for label, mods in trees:
-        mod = mods["triton_mla_sparse_kernel"]
-        if block_hs and hasattr(mod, "_MAX_BLOCK_H"):
-            yield from ((f"{label}@bh{b}", mod, b) for b in block_hs)
+        mod = mods[kernel]
+        if values and hasattr(mod, knob):
+            yield from ((f"{label}@{tag}{v}", mod, v) for v in values)
         else:
             yield label, mod, None
 
@@ -221,7 +214,7 @@ def time_mla_decode(trees, block_hs, record, do_bench, torch, dev: str = "cuda")
             idx = torch.randint(0, slots, (n, 1, TOPK), dtype=torch.int32, device=dev)
             moved = sparse_mla_decode_bytes(n, heads, TOPK)
             first = None
-            for tree, mod, block_h in mla_variants(trees, block_hs):
+            for tree, mod, block_h in swept(trees, "triton_mla_sparse_kernel", "_MAX_BLOCK_H", block_hs, "bh"):
                 if block_h is not None:
                     mod._MAX_BLOCK_H = block_h
                 run = functools.partial(mod.triton_mla_sparse_attention, q, kv, idx, 0.0625)

@@ -67,6 +67,19 @@ SPLIT_QUESTIONS = (
 )
 
 
+def run_interpreted(tree: Path, out: Path, *flags: str, timeout: int = 600) -> dict:
+    """For the tests: this script on `tree` in a subprocess under TRITON_INTERPRET=1 (with `flags`, e.g.
+    `--paged-only`); returns the run it saved to `out`. Fails with the end of its stderr when it exits non-zero."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--tree", str(tree), "--out", str(out), *flags]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"the interpreted kernels of {tree} {list(flags)} failed:\n{proc.stderr[-3000:]}"
+    return torch.load(out, weights_only=False)
+
+
 def _kernels(tree: Path) -> dict:
     spec = importlib.util.spec_from_file_location("kernel_offsets", REPO / "lab" / "device" / "kernel_offsets.py")
     mod = importlib.util.module_from_spec(spec)

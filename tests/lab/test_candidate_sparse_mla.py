@@ -31,7 +31,6 @@ from vllm_compose.patchfile import parse_patch  # noqa: E402
 from vllm_compose.validation import dsa_oracle as o  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-DRIVER = REPO / "tests" / "dsa_kernels_interpreted.py"
 CANDIDATE = REPO / "lab" / "candidates" / "perf-sparse-mla-decode-all-heads.patch"
 SPARSE_FILE = "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
 HEADS = (8, 20, 64)
@@ -63,12 +62,9 @@ def tree_of(text: str, root: Path) -> Path:
 
 
 def interpret(tree: Path, out: Path) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    heads = ",".join(map(str, HEADS))
-    cmd = [sys.executable, str(DRIVER), "--tree", str(tree), "--out", str(out), "--sparse-heads", heads]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"the interpreted sparse-MLA kernel of {tree} failed:\n{proc.stderr[-3000:]}"
-    return torch.load(out, weights_only=False)
+    from dsa_kernels_interpreted import run_interpreted
+
+    return run_interpreted(tree, out, "--sparse-heads", ",".join(map(str, HEADS)))
 
 
 @pytest.fixture(scope="module")
