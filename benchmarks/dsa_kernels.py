@@ -12,6 +12,12 @@ Each `--tree` is timed on the same inputs in the same run, its rows labelled `tr
 entry's before and after are one ratio. The paged logits of every tree after the first also record how far their
 logits are from the first tree's (`vs_first_tree`: masks equal, max |difference|). `--paged-blocks-per-prog 1,2,4`
 times a tree whose kernel has `_PAGED_BLOCKS_PER_PROG` (series entry 0040) at each value, labelled `tree@bppN`.
+Likewise `--mla-max-block-h 16,32,64` times a sparse-MLA kernel that has `_MAX_BLOCK_H` (heads a program; the candidate
+in lab/candidates/) at each value, labelled `tree@bhN`. The sparse-MLA rows record each tree's largest |difference|
+from the first tree's output (`vs_first_tree`) and the autotuned kernels' chosen config and, where a row's call
+tuned them, every config's time (`autotune`). `--mla-only` times the sparse-MLA decode rows alone and FlashMLA's
+sparse kernel on the same shapes where `--native` has it (no paged logits, no other section), to spend GPU minutes on
+a sparse-MLA candidate.
 
 Rows are written to --out as they finish, so a run cut short keeps what it measured. Further sections, each guarded
 so that a kernel that fails records a row saying why and the run goes on: the prefill indexer logits
@@ -45,6 +51,8 @@ DECODE = [(1, 1), (8, 2), (32, 2), (64, 1)]
 #: (label, query heads per rank) x query rows for the sparse-MLA decode
 MLA = [("GLM-5 TP1", 64), ("DSv3.2 TP1", 128), ("GLM-5 TP8", 8), ("DSv3.2 TP8", 16)]
 MLA_ROWS = [1, 8, 32, 64]
+#: slots of the flat latent cache the sparse-MLA rows select from
+MLA_SLOTS = 600_000
 TOPK, HEAD_DIM, BLOCK, PAGE = 2048, 128, 64, 73_728
 #: the MLA latent a sparse-MLA kernel reads per KV slot (kv_lora 512 + rope 64, bf16) and the value width it writes
 MLA_QK_DIM, MLA_V_DIM = 576, 512
@@ -67,6 +75,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, action="append", required=True, help="a tree root holding vllm/ (repeat)")
     ap.add_argument("--paged-blocks-per-prog", default="", help="e.g. 1,2,4: the paged logits at each (entry 0040)")
+    ap.add_argument("--mla-max-block-h", default="", help="e.g. 16,32,64: the sparse MLA at each (lab/candidates/)")
+    ap.add_argument("--mla-only", action="store_true", help="time only the sparse-MLA decode rows")
     ap.add_argument("--sm80-ptx", action="store_true")
     ap.add_argument("--peak-gbs", type=float, default=4800.0)
     ap.add_argument("--out", type=Path, required=True)
@@ -89,6 +99,7 @@ def main() -> int:
 
     trees = [(tree.name, install_vllm_shim(tree)) for tree in args.tree]
     bpps = [int(b) for b in args.paged_blocks_per_prog.split(",") if b]
+    block_hs = [int(b) for b in args.mla_max_block_h.split(",") if b]
     dev = "cuda"
     rows: list[dict] = []
 
@@ -111,22 +122,13 @@ def main() -> int:
             flush=True,
         )
 
-    def paged_variants():
-        """(label, module, blocks per program or None) for each tree, and each --paged-blocks-per-prog value."""
-        for label, mods in trees:
-            mod = mods["mqa_logits_triton"]
-            if bpps and hasattr(mod, "_PAGED_BLOCKS_PER_PROG"):
-                yield from ((f"{label}@bpp{b}", mod, b) for b in bpps)
-            else:
-                yield label, mod, None
-
     def agreement(got, first) -> dict:
         same_mask = bool(torch.equal(torch.isfinite(got), torch.isfinite(first)))
         finite = torch.isfinite(first) & torch.isfinite(got)
         diff = float((got[finite] - first[finite]).abs().max()) if finite.any() else 0.0
         return {"masks_equal": same_mask, "max_abs_diff": diff, "max_abs_first": float(first[finite].abs().max())}
 
-    for label, heads in INDEXER:
+    for label, heads in [] if args.mla_only else INDEXER:
         for ctx in CONTEXTS:
             for batch, next_n in DECODE:
                 nb = math.ceil(ctx / BLOCK)
@@ -139,7 +141,7 @@ def main() -> int:
                 lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
                 moved = paged_logits_bytes(batch, ctx, next_n)
                 first = None
-                for tree, mod, bpp in paged_variants():
+                for tree, mod, bpp in swept(trees, "mqa_logits_triton", "_PAGED_BLOCKS_PER_PROG", bpps, "bpp"):
                     if bpp is not None:
                         mod._PAGED_BLOCKS_PER_PROG = bpp
                     run = functools.partial(
@@ -160,26 +162,81 @@ def main() -> int:
                     record(row)
                 del pool, kv, first
 
-    slots = 600_000
-    kv = (torch.randn(slots, 1, 576, device=dev) * 0.5).to(torch.bfloat16)
-    for label, heads in MLA:
-        for n in MLA_ROWS:
-            q = (torch.randn(n, heads, 576, device=dev) * 0.5).to(torch.bfloat16)
-            idx = torch.randint(0, slots, (n, 1, TOPK), dtype=torch.int32, device=dev)
-            moved = sparse_mla_decode_bytes(n, heads)
-            for tree, mods in trees:
-                mla = mods["triton_mla_sparse_kernel"].triton_mla_sparse_attention
-                record(
-                    {
-                        "tree": tree,
-                        "kernel": "sparse MLA decode",
-                        "shape": f"{label} {heads}h top-k {TOPK} rows {n}",
-                        "ms": do_bench(functools.partial(mla, q, kv, idx, 0.0625)),
-                        "bytes": moved,
-                    }
-                )
+    time_mla_decode(trees, block_hs, record, do_bench, torch, dev)
+    if args.mla_only:
+        time_flashmla_sparse(record, do_bench, torch, args.native)
+        return 0
     extra_sections(trees[0][1], record, args.native)
     return 0
+
+
+def swept(trees, kernel: str, knob: str, values: list[int], tag: str):
+    """(label, module, value or None) for each tree's `kernel` module: once as it is, or, where the module has the
+    attribute `knob` and `values` are given, once per value, labelled `tree@<tag><value>` (the caller sets the
+    attribute before timing: `--paged-blocks-per-prog` sweeps entry 0040's `_PAGED_BLOCKS_PER_PROG`,
+    `--mla-max-block-h` the sparse-MLA candidate's `_MAX_BLOCK_H`)."""
+    for label, mods in trees:
+        mod = mods[kernel]
+        if values and hasattr(mod, knob):
+            yield from ((f"{label}@{tag}{v}", mod, v) for v in values)
+        else:
+            yield label, mod, None
+
+
+def autotuned(mod) -> dict:
+    """The config each autotuned kernel of `mod` ran last, and its per-config times where that call tuned it (Triton's
+    Autotuner keeps `best_config` and `configs_timings`); call `forget_autotuned` before the timed call."""
+    out = {}
+    for name, obj in vars(mod).items():
+        if getattr(obj, "best_config", None) is not None and hasattr(obj, "configs"):
+            entry = {"config": str(obj.best_config)}
+            timings = getattr(obj, "configs_timings", None)
+            if timings:
+                entry["timings"] = {str(c): t for c, t in timings.items()}
+            out[name] = entry
+    return out
+
+
+def forget_autotuned(mod) -> None:
+    for obj in vars(mod).values():
+        if hasattr(obj, "best_config") and hasattr(obj, "configs"):
+            obj.best_config = None
+            obj.configs_timings = None
+
+
+def time_mla_decode(trees, block_hs, record, do_bench, torch, dev: str = "cuda") -> None:
+    """The sparse-MLA decode rows: MLA heads x MLA_ROWS query rows, top-k TOPK over a flat MLA_SLOTS latent cache."""
+    slots = MLA_SLOTS
+    kv = (torch.randn(slots, 1, MLA_QK_DIM, device=dev) * 0.5).to(torch.bfloat16)
+    for label, heads in MLA:
+        for n in MLA_ROWS:
+            q = (torch.randn(n, heads, MLA_QK_DIM, device=dev) * 0.5).to(torch.bfloat16)
+            idx = torch.randint(0, slots, (n, 1, TOPK), dtype=torch.int32, device=dev)
+            moved = sparse_mla_decode_bytes(n, heads, TOPK)
+            first = None
+            for tree, mod, block_h in swept(trees, "triton_mla_sparse_kernel", "_MAX_BLOCK_H", block_hs, "bh"):
+                if block_h is not None:
+                    mod._MAX_BLOCK_H = block_h
+                run = functools.partial(mod.triton_mla_sparse_attention, q, kv, idx, 0.0625)
+                forget_autotuned(mod)
+                row = {
+                    "tree": tree,
+                    "kernel": "sparse MLA decode",
+                    "shape": f"{label} {heads}h top-k {TOPK} rows {n}",
+                    "ms": do_bench(run),
+                    "bytes": moved,
+                    "autotune": autotuned(mod),
+                }
+                got = run().float()
+                if first is None:
+                    first = got
+                else:
+                    row["vs_first_tree"] = {
+                        "max_abs_diff": float((got - first).abs().max()),
+                        "max_abs_first": float(first.abs().max()),
+                        "finite": bool(torch.isfinite(got).all()),
+                    }
+                record(row)
 
 
 # --- further sections (issue 31): prefill logits, MTP rows, native Hopper kernels; each guarded -----------------------
@@ -343,6 +400,12 @@ def _load_deep_gemm(native: Path):
 
 def time_native(record, do_bench, torch, native: Path) -> None:
     """FlashMLA's sparse kernel and DeepGEMM's paged MQA logits on the inputs the Triton rows use."""
+    time_flashmla_sparse(record, do_bench, torch, native)
+    time_deep_gemm_paged(record, do_bench, torch, native)
+
+
+def time_flashmla_sparse(record, do_bench, torch, native: Path) -> None:
+    """FlashMLA's sparse kernel at the sparse-MLA decode rows' shapes."""
     try:
         flashmla, why = _load_flashmla(native, torch), None
     except Exception as exc:  # noqa: BLE001 - reported on every row it would have timed
@@ -364,6 +427,10 @@ def time_native(record, do_bench, torch, native: Path) -> None:
 
             _guarded(record, "FlashMLA sparse (native)", shape, nbytes, measure)
     del kv  # 0.7 GB
+
+
+def time_deep_gemm_paged(record, do_bench, torch, native: Path) -> None:
+    """DeepGEMM's paged MQA logits at the paged decode logits' shapes (and their MTP rows)."""
     try:
         dg, why = _load_deep_gemm(native), None
     except Exception as exc:  # noqa: BLE001

@@ -20,7 +20,9 @@ two block-table entries swapped, the sparse MLA with every index shifted by one 
 The fp8 codes case feeds the paged logits every E4M3FN code, once in the keys and once in the queries, on inputs
 built so that each logit is one decoded code exactly (a +1 and a -1 head weighted +1 and -1: relu(x) - relu(-x) = x);
 the test holds them against the lookup table PR #38476's kernel decodes through (0x7f / 0xff read as +-480).
-`--paged-only` runs only the paged-logits cases, for a tree holding mqa_logits_triton.py alone.
+`--paged-only` runs only the paged-logits cases, for a tree holding mqa_logits_triton.py alone. `--sparse-heads 8,20,64`
+runs only the sparse-MLA cases of `SPARSE_BY_HEADS`, at each head count, for a tree holding
+triton_mla_sparse_kernel.py alone (the candidate kernel of lab/candidates/, tests/lab/test_candidate_sparse_mla.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,37 @@ PREFILL = dict(heads=8, dim=64, ks=(0, 0, 0, 20, 20, 20, 20), ke=(18, 19, 20, 41
 #: single-pass kernel and split-KV with 2 splits (split kernel + merge kernel); an error of the latter is saved for
 #: the test's skip reason rather than ending the run
 SPARSE = dict(tokens=3, heads=20, slots=300, topk=32, sm_scale=0.0416)
+
+#: sparse MLA at one head count (`--sparse-heads`): 4 tokens over 300 slots, top-k 64, so that the first autotune
+#: config's BLOCK_N of 32 or 16 takes several tiles and 4 splits cut a tile. Token 0 selects the last slot and one
+#: slot twice; token 1 has its last 23 indices -1 (its fourth split of 16 is all -1); token 2 has none valid (out 0);
+#: token 3 has one valid index, at top-k slot 40 (out is that slot's value row exactly). Single-pass, 2 and 4
+#: splits, the wrapper's own split choice at `sm_count`, and the planted fault: every index one slot on, mod 300
+SPARSE_BY_HEADS = dict(tokens=4, slots=300, topk=64, sm_scale=0.0416, sm_count=132)
+#: (tokens, head groups, top-k, SMs) the split heuristic of a tree with `_choose_num_kv_splits` is asked about
+SPLIT_QUESTIONS = (
+    (64, 1, 2048, 132),
+    (64, 2, 2048, 132),
+    (32, 1, 2048, 132),
+    (8, 1, 2048, 132),
+    (1, 1, 2048, 132),
+    (64, 1, 2048, 108),
+    (1, 1, 256, 132),
+    (200, 1, 2048, 132),
+)
+
+
+def run_interpreted(tree: Path, out: Path, *flags: str, timeout: int = 600) -> dict:
+    """For the tests: this script on `tree` in a subprocess under TRITON_INTERPRET=1 (with `flags`, e.g.
+    `--paged-only`); returns the run it saved to `out`. Fails with the end of its stderr when it exits non-zero."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--tree", str(tree), "--out", str(out), *flags]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"the interpreted kernels of {tree} {list(flags)} failed:\n{proc.stderr[-3000:]}"
+    return torch.load(out, weights_only=False)
 
 
 def _kernels(tree: Path) -> dict:
@@ -249,16 +282,54 @@ def _sparse_mla(mods: dict, g: torch.Generator) -> dict:
     return dict(q=q, kv=kv, indices=indices, sm_scale=p["sm_scale"], **out)
 
 
+def _sparse_mla_heads(mods: dict, g: torch.Generator, heads: int) -> dict:
+    """The `SPARSE_BY_HEADS` case at `heads` query heads: inputs, outputs of each path, the planted fault."""
+    p = SPARSE_BY_HEADS
+    t, s, topk = p["tokens"], p["slots"], p["topk"]
+    q = torch.randn(t, heads, 576, generator=g).to(torch.bfloat16)
+    kv = torch.randn(s, 1, 576, generator=g).to(torch.bfloat16)
+    idx = torch.stack([torch.randperm(s, generator=g)[:topk] for _ in range(t)]).to(torch.int32)
+    idx[0, 0], idx[0, 9] = s - 1, idx[0, 5]
+    idx[1, -23:] = -1
+    idx[2, :] = -1
+    idx[3, :] = -1
+    idx[3, 40] = 123
+    indices = idx[:, None, :].contiguous()
+    run = mods["triton_mla_sparse_kernel"].triton_mla_sparse_attention
+    out = {f"splits_{n}": run(q, kv, indices, p["sm_scale"], num_kv_splits=n) for n in (1, 2, 4)}
+    out["splits_auto"] = run(q, kv, indices, p["sm_scale"], sm_count=p["sm_count"])
+    shifted = torch.where(indices >= 0, (indices + 1) % s, indices)
+    out["faulty"] = run(q, kv, shifted, p["sm_scale"], num_kv_splits=1)
+    return dict(q=q, kv=kv, indices=indices, sm_scale=p["sm_scale"], outputs=out)
+
+
+def _split_choices(mods: dict) -> dict:
+    """The tree's split count for each of SPLIT_QUESTIONS, and heads per program for a few head counts where the
+    tree has `_block_h` (the candidate kernel)."""
+    mod = mods["triton_mla_sparse_kernel"]
+    answers = {"splits": {q: mod._choose_num_kv_splits(*q) for q in SPLIT_QUESTIONS}}
+    if hasattr(mod, "_block_h"):
+        answers["block_h"] = {h: mod._block_h(h) for h in (1, 8, 16, 20, 64, 100, 128)}
+    return answers
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--paged-only", action="store_true", help="run only the paged decode logits cases")
+    ap.add_argument("--sparse-heads", default="", help="e.g. 8,20,64: run only the sparse-MLA cases at these heads")
     args = ap.parse_args(argv)
     patch = [_widen_bf16_dot_operands(), _scalar_loop_bounds()]
     mods = _kernels(args.tree)
     configs = {name: _first_config_only(mod) for name, mod in mods.items()}
     g = torch.Generator().manual_seed(20261202)
+    if args.sparse_heads:
+        heads = [int(h) for h in args.sparse_heads.split(",")]
+        cases = {h: _sparse_mla_heads(mods, g, h) for h in heads}
+        result = dict(configs=configs, interpreter_patch=patch, sparse_by_heads=cases, **_split_choices(mods))
+        torch.save(result, args.out)
+        return 0
     result = dict(configs=configs, interpreter_patch=patch, paged_decode=_paged_decode(mods, g))
     if not args.paged_only:
         result.update(prefill=_prefill(mods, g), sparse_mla=_sparse_mla(mods, g))

@@ -18,9 +18,6 @@ benchmarks/dsa_kernels.py times the kernel on a GPU.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,7 +31,6 @@ from vllm_compose.series import load_series  # noqa: E402
 from vllm_compose.validation import dsa_oracle as o  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-DRIVER = REPO / "tests" / "dsa_kernels_interpreted.py"
 ENTRY = "perf-paged-mqa-logits-bit-decode-shared-k"
 LOGITS_FILE = "vllm/v1/attention/ops/mqa_logits_triton.py"
 SPARSE_FILE = "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
@@ -68,11 +64,9 @@ def patch_head(tmp: Path) -> Path:
 
 
 def interpret(tree: Path, out: Path) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, str(DRIVER), "--tree", str(tree), "--out", str(out), "--paged-only"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"the interpreted paged kernel of {tree} failed:\n{proc.stderr[-3000:]}"
-    return torch.load(out, weights_only=False)
+    from dsa_kernels_interpreted import run_interpreted
+
+    return run_interpreted(tree, out, "--paged-only", timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,151 @@
+"""Build a tree's sparse-MLA kernels for sm_80 on a CPU and say what each config costs: registers, spill stack, shared
+memory, and whether the gathered KV tile is copied asynchronously and double-buffered.
+
+A lab script (lab/candidates/README.md). Triton compiles to PTX without a GPU and the `ptxas` its wheel ships
+assembles it; `cuobjdump --dump-resource-usage` (also in the wheel) reads the registers and the spill stack. The
+arguments are specialized as Triton's launcher specializes them for the real shapes (every pointer and integer
+divisible by 16: strides 576 / 512 / 2,048, 64 heads), so the loads vectorize as they do on the GPU; without it the
+gathers compile to 2-byte loads and the figures mean nothing. A compile, not a timing:
+
+    python3 lab/candidates/sm80_resources.py --tree DIR [--kernel final|split] [--config 64:32:8:5 ...] [--json]
+
+DIR holds vllm/v1/attention/ops/triton_mla_sparse_kernel.py (and mqa_logits_triton.py, which the loader wants; it
+may be empty). A config is heads:BLOCK_N:num_warps:num_stages; the default is each autotune config of the tree at
+64 heads. For a tree whose kernel serves 16 heads a program (PR #38476's), heads is the token's heads (kv_group_num)
+and each program still holds 16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "lab" / "device"))  # kernel_offsets' stand-in vllm
+
+#: an A100's shared memory a block may opt into (163 KB); a config above it cannot launch on one
+A100_SHARED_BYTES = 166_912
+LOGE2 = 0.6931471805599453
+
+
+def _signature(fn) -> tuple[dict, dict]:
+    """Argument types and the launcher's divisibility-16 specialization for every argument but the float scale."""
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in ("q_buffer", "k_buffer", "out_ptr"):
+            sig[name] = "*bf16"
+        elif name == "mid_out_ptr":
+            sig[name] = "*fp32"
+        elif name == "indices_ptr":
+            sig[name] = "*i32"
+        elif name == "sm_scale":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+        if name != "sm_scale":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, attrs
+
+
+def _constants(mod, fn, heads: int, block_n: int, splits: int) -> dict:
+    """The constexpr arguments at top-k 2048: the candidate's (BLOCK_H, BLOCK_DC) or PR #38476's (kv_group_num...)."""
+    c = {"index_topk": 2048, "BLOCK_N": block_n, "NUM_KV_SPLITS": splits, "LOGE2": LOGE2, "BLOCK_DV": 512}
+    if hasattr(mod, "_block_h"):
+        c.update(BLOCK_H=mod._block_h(heads), BLOCK_DC=mod._BLOCK_DC, BLOCK_DPE=64)
+    else:
+        c.update(BLOCK_H=16, BLOCK_DMODEL=512, BLOCK_DPE=64, kv_group_num=heads)
+    return {k: v for k, v in c.items() if k in fn.arg_names}
+
+
+def resources(tree: Path, kernel: str, heads: int, block_n: int, num_warps: int, num_stages: int) -> dict:
+    """Compile one config of `kernel` ("final" or "split", 2 splits) for sm_80; what it costs."""
+    import triton
+    from kernel_offsets import install_vllm_shim
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    mod = install_vllm_shim(tree)["triton_mla_sparse_kernel"]
+    fn = getattr(mod, f"_sparse_mla_kernel_{kernel}").fn
+    sig, attrs = _signature(fn)
+    consts = _constants(mod, fn, heads, block_n, 2)
+    sig.update({k: "constexpr" for k in consts})
+    compiled = triton.compile(
+        ASTSource(fn, sig, consts, attrs),
+        target=GPUTarget("cuda", 80, 32),
+        options={"num_warps": num_warps, "num_stages": num_stages},
+    )
+    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.TemporaryDirectory() as scratch:
+        cubin = Path(scratch) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        usage = subprocess.run(
+            [str(bin_dir / "cuobjdump"), "--dump-resource-usage", str(cubin)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+    if found is None:
+        raise RuntimeError(f"cuobjdump printed no REG/STACK line for {kernel}:\n{usage}")
+    ttgir = compiled.asm["ttgir"]
+    # the KV tile's shared buffers: `<S x BLOCK_N x ...xbf16` allocations S deep (S = 2: double-buffered)
+    depths = [int(d) for d in re.findall(rf"memdesc<(\d+)x{block_n}x\d+xbf16", ttgir)]
+    vectors = [int(v) for v in re.findall(r"ld\.global[.\w]*\.v(\d)\.b32", compiled.asm["ptx"])]
+    return {
+        "tree": str(tree),
+        "kernel": kernel,
+        "heads": heads,
+        "block_h": consts["BLOCK_H"],
+        "block_n": block_n,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+        "registers": int(found.group(1)),
+        "spill_stack_bytes": int(found.group(2)),
+        "shared_bytes": compiled.metadata.shared,
+        "fits_a100": compiled.metadata.shared <= A100_SHARED_BYTES,
+        "kv_async_copy": bool(re.search(r"async_copy_global_to_local[^\n]*x!tt\.ptr<bf16>", ttgir)),
+        "kv_buffers": max(depths, default=0),
+        "widest_global_load": 4 * max(vectors, default=1),  # bytes: ld.global.v4.b32 is 16
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", type=Path, required=True)
+    ap.add_argument("--kernel", choices=("final", "split"), default="final")
+    ap.add_argument("--config", action="append", help="heads:BLOCK_N:num_warps:num_stages (repeat)")
+    ap.add_argument("--json", action="store_true", help="one JSON object a line")
+    args = ap.parse_args(argv)
+    configs = args.config
+    if not configs:
+        from kernel_offsets import install_vllm_shim
+
+        mod = install_vllm_shim(args.tree)["triton_mla_sparse_kernel"]
+        tuner = getattr(mod, f"_sparse_mla_kernel_{args.kernel}")
+        configs = [f"64:{c.kwargs['BLOCK_N']}:{c.num_warps}:{c.num_stages}" for c in tuner.configs]
+    for spec in configs:
+        try:
+            heads, block_n, warps, stages = (int(x) for x in spec.split(":"))
+        except ValueError:
+            ap.error(f"--config {spec!r}: want heads:BLOCK_N:num_warps:num_stages, e.g. 64:32:8:5")
+        r = resources(args.tree, args.kernel, heads, block_n, warps, stages)
+        if args.json:
+            print(json.dumps(r), flush=True)
+        else:
+            print(
+                f"{args.kernel} {heads} heads ({r['block_h']} a program) BLOCK_N {block_n} {warps} warps {stages} "
+                f"stages: {r['registers']} registers, {r['spill_stack_bytes']} B spilled, {r['shared_bytes']} B shared"
+                f"{'' if r['fits_a100'] else ' (over an A100)'}, KV tile {r['kv_buffers']}-deep"
+                f"{' async' if r['kv_async_copy'] else ''}, {r['widest_global_load']}-byte loads",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
