@@ -204,11 +204,21 @@ def test_the_benchmark_times_the_candidate_at_each_heads_per_program(tmp_path):
         assert diff["finite"] and diff["max_abs_diff"] <= 2**-7 and diff["max_abs_first"] > 0.1, (r["tree"], diff)
 
 
-def test_the_first_config_builds_for_sm80_without_spills_inside_an_a100s_shared_memory(tmp_path):
+@pytest.fixture
+def no_lasting_stand_in(monkeypatch):
+    """`sm80_resources` loads the tree through `install_vllm_shim`, whose stand-in `vllm` package (no module spec)
+    would stay in sys.modules and break later tests that look vLLM up (`importlib.util.find_spec`)."""
+    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
+    monkeypatch.syspath_prepend(str(REPO / "lab" / "candidates"))
+    yield
+    for name in [n for n in sys.modules if (n == "vllm" or n.startswith("vllm.")) and n not in before]:
+        del sys.modules[name]
+
+
+def test_the_first_config_builds_for_sm80_without_spills_inside_an_a100s_shared_memory(tmp_path, no_lasting_stand_in):
     # a compile for sm_80 on the CPU (Triton's PTX, the wheel's ptxas), not a timing: the config the interpreter runs
     # and the GPU autotune tries first must hold the 64-head accumulator in registers, fit an A100's 163 KB of shared
     # memory, gather 16 bytes a load and double-buffer the gathered tile (measured: 255 registers, 152,320 B)
-    sys.path.insert(0, str(REPO / "lab" / "candidates"))
     from sm80_resources import resources
 
     _, after = module_texts()
