@@ -67,6 +67,16 @@ SPLIT_QUESTIONS = (
 )
 
 
+def kernel_tree(root: Path, **modules: str) -> Path:
+    """A tree under `root` holding vllm/v1/attention/ops/<name>.py for each keyword (its text), and the other of the
+    two DSA kernel modules empty (the loader wants both; a run that never calls a module needs nothing in it)."""
+    ops = root / "vllm" / "v1" / "attention" / "ops"
+    ops.mkdir(parents=True)
+    for name in ("mqa_logits_triton", "triton_mla_sparse_kernel"):
+        (ops / f"{name}.py").write_text(modules.get(name, ""))
+    return root
+
+
 def run_interpreted(tree: Path, out: Path, *flags: str, timeout: int = 600) -> dict:
     """For the tests: this script on `tree` in a subprocess under TRITON_INTERPRET=1 (with `flags`, e.g.
     `--paged-only`); returns the run it saved to `out`. Fails with the end of its stderr when it exits non-zero."""

@@ -54,11 +54,9 @@ def module_texts() -> tuple[str, str]:
 def tree_of(text: str, root: Path) -> Path:
     """A tree whose triton_mla_sparse_kernel.py is `text` (and an empty indexer module, which the loader wants and
     `--sparse-heads` never calls)."""
-    ops = root / "vllm" / "v1" / "attention" / "ops"
-    ops.mkdir(parents=True)
-    (ops / "triton_mla_sparse_kernel.py").write_text(text)
-    (ops / "mqa_logits_triton.py").write_text("")
-    return root
+    from dsa_kernels_interpreted import kernel_tree
+
+    return kernel_tree(root, triton_mla_sparse_kernel=text)
 
 
 def interpret(tree: Path, out: Path) -> dict:

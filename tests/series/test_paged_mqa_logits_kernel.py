@@ -56,11 +56,9 @@ def patch_head(tmp: Path) -> Path:
     assert (hunk.old_start, hunk.new_start) == (1, 1), hunk.header
     text = "\n".join(hunk.post_image) + "\n"
     assert "def fp8_paged_mqa_logits_triton(" in text and text.rstrip().endswith("return logits")
-    ops = tmp / "vllm" / "v1" / "attention" / "ops"
-    ops.mkdir(parents=True)
-    (ops / "mqa_logits_triton.py").write_text(text)
-    (ops / "triton_mla_sparse_kernel.py").write_text("")
-    return tmp
+    from dsa_kernels_interpreted import kernel_tree
+
+    return kernel_tree(tmp, mqa_logits_triton=text)
 
 
 def interpret(tree: Path, out: Path) -> dict:
