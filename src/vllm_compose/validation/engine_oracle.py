@@ -130,11 +130,17 @@ def _layer_index(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _bind(fn, args, kwargs) -> dict:
+def _binder(fn):
+    """`bind(args, kwargs)` -> the call's arguments by name, defaults filled; the signature read once per wrapped
+    function, not at every call (the wrappers run for every layer of every step)."""
     sig = inspect.signature(fn)
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return dict(bound.arguments)
+
+    def bind(args, kwargs) -> dict:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    return bind
 
 
 def _sample(n: int, k: int) -> list[int]:
@@ -148,11 +154,13 @@ def _sample(n: int, k: int) -> list[int]:
 
 
 def _decode_logits(orig):
+    bind = _binder(orig)
+
     def wrapper(*args, **kwargs):
         logits = orig(*args, **kwargs)
         if not (_S.armed or _capturing()):
             return logits
-        a = _bind(orig, args, kwargs)
+        a = bind(args, kwargs)
         q = a["q"]
         b = min(q.shape[0], max(1, MAX_DECODE_ROWS // max(1, q.shape[1])))
         rows = b * q.shape[1]
@@ -175,14 +183,16 @@ def _decode_logits(orig):
 
 
 def _prefill_logits(orig):
+    bind = _binder(orig)
+
     def wrapper(*args, **kwargs):
         logits = orig(*args, **kwargs)
-        if not (_S.armed or _capturing()) or _capturing():
+        if not _S.armed or _capturing():
             # a capture of prefill (piecewise modes) has no static row sample; only eager prefill is checked
             return logits
         import torch
 
-        a = _bind(orig, args, kwargs)
+        a = bind(args, kwargs)
         q, weights = a["q"], a["weights"]
         k, k_scale = a["kv"]
         sel = torch.tensor(_sample(q.shape[0], PREFILL_ROWS), device=q.device)
@@ -208,10 +218,12 @@ def _prefill_logits(orig):
 
 
 def _slots(orig):
+    bind = _binder(orig)
+
     def wrapper(*args, **kwargs):
         import torch
 
-        a = _bind(orig, args, kwargs)
+        a = bind(args, kwargs)
         ti = a["token_indices"]
         if _S.corruption == "topk" and _S.armed and not _capturing() and not _S.current.logits:
             ti.copy_(torch.where(ti >= 0, ti + 1, ti))  # a shared layer reads rows nobody wrote
@@ -247,13 +259,15 @@ def _slots(orig):
 
 
 def _attention(orig):
+    bind = _binder(orig)
+
     def wrapper(*args, **kwargs):
         out = orig(*args, **kwargs)
         if not (_S.armed or _capturing()):
             return out
         import torch
 
-        a = _bind(orig, args, kwargs)
+        a = bind(args, kwargs)
         q, indices = a["q"], a["indices"]
         if _S.corruption == "attention" and not _capturing():
             out.neg_()
