@@ -36,7 +36,7 @@ def key(k):
 
 def main():
     composed, fused = {}, {}
-    sources = []
+    sources, migrations = [], []
     for name, into in (("composed-v0.26.0-sm80.json", composed), ("stock-v0.26.0-sm80.json", fused)):
         old = PLACES[name] / name
         if old.exists():
@@ -44,6 +44,8 @@ def main():
             for k in data["kernels"]:
                 into.setdefault(key(k), k)
             sources += [r for r in data.get("runs", []) if r not in sources]
+            migrations += data.get("migrations", [])
+    rerecorded = set()
     for path in sys.argv[1:]:
         data = json.loads(Path(path).read_text())
         for label, rec in data.items():
@@ -53,8 +55,14 @@ def main():
                     sources.append(label)
                 if sm80:
                     composed.setdefault(key(k), k)
+                    rerecorded.add((k["module"], k["qualname"]))
                 elif (k["module"], k["qualname"]) == FUSED:
                     fused.setdefault(key(k), k)
+    # a kernel recorded again on a GPU no longer needs the records lab/recordings/migrate.py carried over
+    composed = {
+        kk: k for kk, k in composed.items() if "migrated" not in k or (k["module"], k["qualname"]) not in rerecorded
+    }
+    migrations = [m for m in migrations if tuple(m["kernel"].split(":", 1)) not in rerecorded]
 
     def by_name(d):
         return sorted(d.values(), key=lambda k: (k["module"], k["qualname"], key(k)))
@@ -67,7 +75,14 @@ def main():
     }
     (PLACES["composed-v0.26.0-sm80.json"] / "composed-v0.26.0-sm80.json").write_text(
         json.dumps(
-            {**common, "tree": "composed (series v0.26.0)", "runs": sources, "kernels": by_name(composed)}, indent=1
+            {
+                **common,
+                "tree": "composed (series v0.26.0)",
+                "runs": sources,
+                **({"migrations": migrations} if migrations else {}),
+                "kernels": by_name(composed),
+            },
+            indent=1,
         )
     )
     (PLACES["stock-v0.26.0-sm80.json"] / "stock-v0.26.0-sm80.json").write_text(

@@ -346,6 +346,78 @@ def _unwrap(obj):
     return None
 
 
+def stale_record(fn, spec: dict[str, Any]) -> str | None:
+    """Why a recorded specialization does not fit the tree's kernel `fn` (its parameters changed since the recording,
+    e.g. a series entry rewrote the kernel), or None when the parameter names agree."""
+    recorded = list(spec["signature"])
+    current = list(fn.arg_names)
+    if recorded == current:
+        return None
+    gone = [a for a in recorded if a not in current]
+    new = [a for a in current if a not in recorded]
+    what = ", ".join(
+        part
+        for part in (
+            f"the record has {gone} the tree's kernel lacks" if gone else "",
+            f"the tree's kernel takes {new} the record lacks" if new else "",
+        )
+        if part
+    )
+    return (
+        f"stale record: the kernel's parameters changed since the recording ({what or 'their order differs'}); "
+        "re-record it on a GPU (lab/device/collect.py, lab/recordings/make_records.py) or carry it over with "
+        "lab/recordings/migrate.py"
+    )
+
+
+def migrate_specialization(fn, spec: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A recorded specialization carried over to the kernel `fn` of a tree whose parameters changed: each parameter
+    the record has keeps its recorded type, constexpr value and attributes; a parameter it lacks must be a constexpr
+    of `fn` given in `values`; parameters `fn` no longer takes are dropped. Raises KernelGateError when a new
+    parameter is not a constexpr or has no value, or when `values` names a parameter `fn` does not take."""
+    names = list(fn.arg_names)
+    constexpr = {names[i] for i in fn.constexprs}
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise KernelGateError(
+            f"values given for {unknown}, which the tree's kernel {fn.__name__} does not take",
+            key=fn.__name__,
+            hint=f"its parameters are {names}",
+        )
+    old_index = {a: i for i, a in enumerate(spec["signature"])}
+    const = {tuple(k)[0]: v for k, v in zip(spec["constant_keys"], spec["constant_vals"], strict=True)}
+    attrs = {tuple(k)[0]: v for k, v in zip(spec["attrs_keys"], spec["attrs_vals"], strict=True)}
+    out = {**spec, "signature": {}, "constant_keys": [], "constant_vals": [], "attrs_keys": [], "attrs_vals": []}
+    out.pop("key", None)  # Triton's cache key of the old signature; the gate does not read it
+    for i, name in enumerate(names):
+        if name in old_index and name not in values:
+            j = old_index[name]
+            out["signature"][name] = spec["signature"][name]
+            if j in const:
+                out["constant_keys"].append([i])
+                out["constant_vals"].append(const[j])
+            if j in attrs:
+                out["attrs_keys"].append([i])
+                out["attrs_vals"].append(attrs[j])
+        elif name in values:
+            if name not in constexpr:
+                raise KernelGateError(
+                    f"{name} of {fn.__name__} is not a constexpr: a value alone cannot specialize it",
+                    key=name,
+                    hint="re-record the kernel on a GPU",
+                )
+            out["signature"][name] = "constexpr"
+            out["constant_keys"].append([i])
+            out["constant_vals"].append(values[name])
+        else:
+            raise KernelGateError(
+                f"{fn.__name__} takes {name}, which the record lacks and no value was given for",
+                key=name,
+                hint=f"give it a value (--set {name}=VALUE, as the tree's launcher passes it) or re-record on a GPU",
+            )
+    return out
+
+
 def _ast_source(fn, spec: dict[str, Any]):
     import triton.language as tl
     from triton.compiler import ASTSource
@@ -397,6 +469,10 @@ def run_gate(
         for cc, warp in targets:
             try:
                 fn = loader.kernel(rec["module"], rec["qualname"])
+                stale = stale_record(fn, spec)
+                if stale:
+                    results.append(GateResult(rec["module"], rec["qualname"], cc, False, stale))
+                    continue
                 options = {k: spec["options"][k] for k in _PORTABLE_OPTIONS if k in spec["options"]}
                 triton_compile(_ast_source(fn, spec), target=GPUTarget("cuda", cc, warp), options=options)
                 results.append(GateResult(rec["module"], rec["qualname"], cc, True))

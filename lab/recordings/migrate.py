@@ -1,0 +1,119 @@
+"""Carry a GPU recording's records of one kernel over to a tree whose kernel's parameters changed.
+
+    python lab/recordings/migrate.py --tree DIR --kernel MODULE:QUALNAME [--set NAME=VALUE ...] --because TEXT
+                                     [--recording FILE]
+
+A series entry that rewrites a recorded kernel's parameters (0040 dropped the paged decode-logits kernel's
+`fp8_lut_ptr` and added the constexpr `BLOCKS_PER_PROG`) makes its recorded specializations stale: the compile gate
+reports them as such (`kernel_gate.stale_record`) instead of compiling them. Until the next GPU session records the
+kernel again, this carries each stale record over (`kernel_gate.migrate_specialization`): every parameter the record
+has keeps its recorded type, value and alignment, a new constexpr takes the value `--set` gives (the one the tree's
+launcher passes), a dropped parameter is dropped. The records it rewrites say so: `"migrated"` holds the recorded
+parameter list, the values set and `--because`; the recording's `"migrations"` lists each run. Records that already
+fit the tree are left alone, so running it twice changes nothing. The file is replaced atomically, and only after
+every stale record of the kernel was carried over and compiled for sm_80 from the tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT = HERE.parents[1] / "src" / "vllm_compose" / "validation" / "recordings" / "composed-v0.26.0-sm80.json"
+
+
+class MigrateError(Exception):
+    """A migration that cannot be made; nothing was written."""
+
+
+def parse_value(text: str):
+    """`--set` values are Python literals (2, True, 'fp32'); anything else is an error, not a string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError) as exc:
+        raise MigrateError(f"--set value {text!r} is not a Python literal (e.g. 2, True, 'x')") from exc
+
+
+def migrate(recording: Path, tree: Path, module: str, qualname: str, values: dict, because: str) -> int:
+    """Rewrite `recording` in place; return how many records were carried over."""
+    from vllm_compose.validation.kernel_gate import (
+        ReleaseLoader,
+        migrate_specialization,
+        run_gate,
+        stale_record,
+    )
+
+    data = json.loads(recording.read_text())
+    mine = [k for k in data["kernels"] if (k["module"], k["qualname"]) == (module, qualname)]
+    if not mine:
+        raise MigrateError(f"{recording} holds no record of {module}:{qualname}")
+    loader = ReleaseLoader(tree)
+    fn = loader.kernel(module, qualname)
+    moved = []
+    for rec in mine:
+        if stale_record(fn, rec["specialization"]) is None:
+            continue
+        old = list(rec["specialization"]["signature"])
+        rec["specialization"] = migrate_specialization(fn, rec["specialization"], values)
+        rec["migrated"] = {"recorded_parameters": old, "set": values, "because": because}
+        moved.append(rec)
+    if not moved:
+        return 0
+    failed = [r for r in run_gate(moved, tree, targets=((80, 32),), loader=loader) if not r.ok]
+    if failed:
+        raise MigrateError(
+            f"{len(failed)} carried-over record(s) of {qualname} do not compile for sm_80 from {tree}: "
+            f"{failed[0].error}; nothing was written"
+        )
+    data.setdefault("migrations", []).append(
+        {"kernel": f"{module}:{qualname}", "records": len(moved), "set": values, "because": because}
+    )
+    fd, tmp = tempfile.mkstemp(dir=recording.parent, prefix=f".{recording.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(data, out, indent=1)
+        os.replace(tmp, recording)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(moved)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", type=Path, required=True, help="folder holding the vllm/ of the changed kernel")
+    ap.add_argument("--kernel", required=True, help="MODULE:QUALNAME, as the recording names it")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a new constexpr's value")
+    ap.add_argument("--because", required=True, help="what changed the kernel (e.g. the series entry)")
+    ap.add_argument("--recording", type=Path, default=DEFAULT)
+    args = ap.parse_args(argv)
+    from vllm_compose.errors import ComposeError
+
+    try:
+        module, sep, qualname = args.kernel.partition(":")
+        if not sep or not module or not qualname:
+            raise MigrateError(f"--kernel {args.kernel!r} is not MODULE:QUALNAME")
+        values = {}
+        for item in args.set:
+            name, sep, text = item.partition("=")
+            if not sep or not name:
+                raise MigrateError(f"--set {item!r} is not NAME=VALUE")
+            values[name] = parse_value(text)
+        if not (args.tree / "vllm").is_dir():
+            raise MigrateError(f"--tree {args.tree} holds no vllm/ folder")
+        n = migrate(args.recording, args.tree, module, qualname, values, args.because)
+    except (MigrateError, ComposeError, OSError, ValueError) as exc:
+        print(f"migrate: {exc}", file=sys.stderr)
+        return 2
+    print(f"{n} record(s) of {qualname} carried over" if n else f"every record of {qualname} already fits the tree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
