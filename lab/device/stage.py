@@ -24,6 +24,8 @@ The lock's lines are `name==version  sha256:DIGEST  wheel-file  [stock]`; `#` st
 `stock` is the release's vLLM wheel: its Python files become the stock tree (less what the DSA model never imports,
 `EXCLUDE`), and the compiled objects named by `# so: PATH ...` lines are carried xz-compressed (the others stay
 behind: a run that reached for one would fail loudly). Every other line is a wheel installed with `--no-deps`.
+`build --native` also carries FlashMLA's and DeepGEMM's objects and DeepGEMM's Python (`NATIVE_OBJECTS`): the
+native Hopper DSA path (FLASHMLA_SPARSE), run at the GPU's own capability as the oracle's second opinion.
 Exit status: 0 done, 1 a check failed (the message says which file and what to do), 2 usage.
 """
 
@@ -53,6 +55,14 @@ CACHE = Path(os.environ.get("VC_STAGE_CACHE", "/tmp/vc-stage-cache"))
 #: wheel members the DSA model never imports: CUDA sources, the Rust front end, DeepGEMM (the run must take the
 #: Triton indexer fallback) and the Blackwell FMHA sources
 EXCLUDE = re.compile(r"(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/(deep_gemm|fmha_sm100)/")
+#: `build --native`: the native Hopper DSA path as well (FLASHMLA_SPARSE with DeepGEMM's indexer logits), for the
+#: oracle's second opinion on the GPU's own capability: DeepGEMM's Python and JIT headers stay in, and these compiled
+#: objects of the stock wheel are carried (FlashMLA's ops; DeepGEMM's extension for the device's cp312, or the
+#: abi3 one later releases ship)
+EXCLUDE_NATIVE = re.compile(r"(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/fmha_sm100/")
+NATIVE_OBJECTS = re.compile(
+    r"^vllm/_flashmla(_extension)?_C\.abi3\.so$|^vllm/third_party/deep_gemm/_C(_extension\.abi3|\.cpython-312-[^/]+)\.so$"
+)
 #: a call's limit less the repository's own files and a margin
 DEFAULT_PART_MIB = 57
 #: tarfile's "data" filter where the Python has it (3.11.4+, 3.12); older ones extract plainly: the archives are
@@ -118,13 +128,13 @@ def _check_wheels(entries: list[LockEntry], wheels: Path, lock: Path) -> None:
             raise StageError(f"{path} has sha256 {got}, {lock.name} pins {e.sha256}; download it again")
 
 
-def _python_tree(wheel: Path, out: Path) -> None:
-    """The wheel's Python files (no compiled objects, less EXCLUDE) as a tar.xz, bytes reproducible."""
+def _python_tree(wheel: Path, out: Path, exclude: re.Pattern = EXCLUDE) -> None:
+    """The wheel's Python files (no compiled objects, less `exclude`) as a tar.xz, bytes reproducible."""
     with zipfile.ZipFile(wheel) as z, lzma.open(out, "wb", preset=6) as xz:
         with tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for info in sorted(z.infolist(), key=lambda i: i.filename):
                 name = info.filename
-                if info.is_dir() or name.endswith(".so") or EXCLUDE.search(name):
+                if info.is_dir() or name.endswith(".so") or exclude.search(name):
                     continue
                 data = z.read(info)
                 ti = tarfile.TarInfo(name)
@@ -169,8 +179,22 @@ def _overlay(stock: Path, composed: Path, out: Path) -> list[str]:
     return changed
 
 
-def build(lock: Path, wheels: Path, stock_tree: Path, composed_tree: Path, out: Path, part_mib: int) -> dict:
-    """Build the parts under `out` (p1, p2, ...; replaced whole). Returns the manifest."""
+def native_objects(wheel: Path) -> list[str]:
+    """The stock wheel's members `NATIVE_OBJECTS` names. Raises StageError when FlashMLA's or DeepGEMM's is missing
+    (a wheel built without them cannot give the native path's second opinion)."""
+    with zipfile.ZipFile(wheel) as z:
+        found = sorted(n for n in z.namelist() if NATIVE_OBJECTS.search(n))
+    for what, prefix in (("FlashMLA", "vllm/_flashmla_C"), ("DeepGEMM", "vllm/third_party/deep_gemm/")):
+        if not any(n.startswith(prefix) for n in found):
+            raise StageError(f"{wheel.name} has no {what} object ({prefix}...): build without --native")
+    return found
+
+
+def build(
+    lock: Path, wheels: Path, stock_tree: Path, composed_tree: Path, out: Path, part_mib: int, native: bool = False
+) -> dict:
+    """Build the parts under `out` (p1, p2, ...; replaced whole). Returns the manifest. `native`: carry the native
+    Hopper DSA path too (`EXCLUDE_NATIVE`, `NATIVE_OBJECTS`)."""
     entries, objects = read_lock(lock)
     for tree, what in ((stock_tree, "--stock-tree"), (composed_tree, "--composed-tree")):
         if not (tree / "__init__.py").is_file():
@@ -183,8 +207,10 @@ def build(lock: Path, wheels: Path, stock_tree: Path, composed_tree: Path, out: 
         for e in entries:
             if not e.stock:
                 items.append((f"whl/{e.file}", wheels / e.file))
-        _python_tree(wheels / stock.file, work / "vllm_py.tar.xz")
+        _python_tree(wheels / stock.file, work / "vllm_py.tar.xz", EXCLUDE_NATIVE if native else EXCLUDE)
         items.append(("vllm_py.tar.xz", work / "vllm_py.tar.xz"))
+        if native:
+            objects = objects + [m for m in native_objects(wheels / stock.file) if m not in objects]
         for member in objects:
             items.append((f"so/{member}.xz", _object_xz(wheels / stock.file, stock.sha256, member)))
         overlay = _overlay(stock_tree, composed_tree, work / "overlay.tar.xz")
@@ -200,6 +226,7 @@ def build(lock: Path, wheels: Path, stock_tree: Path, composed_tree: Path, out: 
             "total_bytes": total,
             "items": [{"name": n, "size": p.stat().st_size, "sha256": sha256_of(p)} for n, p in items],
             "overlay": overlay,
+            "native": native,
             "part_sha256": [],
         }
         staging = out.with_name(out.name + ".new")
@@ -334,7 +361,8 @@ def install(models: bool = True) -> str:
         write_models(DEST)
     return (
         f"installed {manifest['lock']}: {len(wheels)} wheels -> {DEST}/site; stock and composed vLLM "
-        f"{manifest['release']} ({len(manifest['overlay'])} overlay files) -> {DEST}/stock, {DEST}/composed"
+        f"{manifest['release']} ({len(manifest['overlay'])} overlay files"
+        f"{', FlashMLA and DeepGEMM included' if manifest.get('native') else ''}) -> {DEST}/stock, {DEST}/composed"
     )
 
 
@@ -370,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--composed-tree", type=Path, required=True, help="the compose branch's vllm/")
     b.add_argument("--out", type=Path, default=REPO / ".devstage")
     b.add_argument("--part-mib", type=int, default=DEFAULT_PART_MIB)
+    b.add_argument(
+        "--native",
+        action="store_true",
+        help="carry FlashMLA and DeepGEMM too (the native Hopper path: the oracle's second opinion)",
+    )
     r = sub.add_parser("receive", help="on the machine: check and keep the carried part N")
     r.add_argument("n", type=int)
     i = sub.add_parser("install", help="on the machine: join, check and install the received parts")
@@ -377,10 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build":
-            m = build(args.lock, args.wheels, args.stock_tree, args.composed_tree, args.out, args.part_mib)
+            m = build(args.lock, args.wheels, args.stock_tree, args.composed_tree, args.out, args.part_mib, args.native)
             print(
                 f"{m['parts']} parts of <= {args.part_mib} MiB, {m['total_bytes']} bytes, {len(m['items'])} items, "
-                f"{len(m['overlay'])} overlay files -> {args.out}/p1..p{m['parts']}"
+                f"{len(m['overlay'])} overlay files{' (native path included)' if m['native'] else ''} "
+                f"-> {args.out}/p1..p{m['parts']}"
             )
         elif args.cmd == "receive":
             print(receive(args.n))

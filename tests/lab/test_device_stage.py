@@ -65,6 +65,9 @@ def inputs(tmp_path):
             "vllm/_C_stable_libtorch.abi3.so": b"\x7fELF not really" * 100,
             "vllm/kernels/k.cu": b"// left out\n",
             "vllm/third_party/deep_gemm/x.py": b"# left out\n",
+            "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so": b"\x7fELF deep gemm",
+            "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF other python",
+            "vllm/_flashmla_C.abi3.so": b"\x7fELF flashmla",
         },
     )
     stock_tree, composed_tree = tmp_path / "s" / "vllm", tmp_path / "c" / "vllm"
@@ -120,6 +123,49 @@ def test_parts_built_here_install_there_with_every_item_checked(inputs, monkeypa
         assert (vc / tree / "vllm" / "_C_stable_libtorch.abi3.so").read_bytes() == b"\x7fELF not really" * 100
         assert not (vc / tree / "vllm" / "kernels" / "k.cu").exists()
         assert not (vc / tree / "vllm" / "third_party").exists()
+
+
+def _install(inputs, out):
+    device_repo = out.parent
+    (device_repo / "lab" / "device").mkdir(parents=True, exist_ok=True)
+    (device_repo / "lab" / "device" / "stage.py").write_bytes(STAGE.read_bytes())
+    env = {**os.environ, "VC_STAGE_DEST": str(inputs["tmp"] / "vc")}
+    manifest = json.loads((out / "p1" / "manifest.json").read_text())
+    script = str(device_repo / "lab" / "device" / "stage.py")
+    for i in range(1, manifest["parts"] + 1):
+        got = subprocess.run([sys.executable, script, "receive", str(i)], env=env, capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+    return subprocess.run([sys.executable, script, "install", "--no-models"], env=env, capture_output=True, text=True)
+
+
+def test_native_carries_flashmla_and_deep_gemm_for_the_devices_python_only(inputs, monkeypatch):
+    stage = _load_stage()
+    monkeypatch.setattr(stage, "CACHE", inputs["tmp"] / "xzcache")
+    out = inputs["tmp"] / "repo" / ".devstage"
+    manifest = stage.build(
+        inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1, native=True
+    )
+    assert manifest["native"] is True
+    done = _install(inputs, out)
+    assert done.returncode == 0, done.stderr
+    assert "FlashMLA and DeepGEMM included" in done.stdout
+    vc = inputs["tmp"] / "vc"
+    for tree in ("stock", "composed"):
+        vllm = vc / tree / "vllm"
+        assert (vllm / "_flashmla_C.abi3.so").read_bytes() == b"\x7fELF flashmla"
+        assert (vllm / "third_party" / "deep_gemm" / "_C.cpython-312-x86_64-linux-gnu.so").read_bytes() == (
+            b"\x7fELF deep gemm"
+        )
+        assert (vllm / "third_party" / "deep_gemm" / "x.py").read_text() == "# left out\n"
+        assert not (vllm / "third_party" / "deep_gemm" / "_C.cpython-311-x86_64-linux-gnu.so").exists()
+        assert not (vllm / "kernels" / "k.cu").exists()
+
+
+def test_native_refuses_a_wheel_without_the_native_objects(tmp_path):
+    stage = _load_stage()
+    wheel = _wheel(tmp_path, "vllm", "0.99.0", {"vllm/__init__.py": b"", "vllm/_flashmla_C.abi3.so": b"x"})
+    with pytest.raises(stage.StageError, match=r"no DeepGEMM object .*build without --native"):
+        stage.native_objects(wheel)
 
 
 def test_a_part_damaged_in_transit_is_refused_and_a_wrong_wheel_is_named(inputs, monkeypatch):

@@ -44,6 +44,16 @@ def fp8_mqa_logits_triton(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logi
     ref = o.prefill_logits(q, k, scale, weights, cu_seqlen_ks, cu_seqlen_ke)
     return torch.where(torch.isfinite(ref), ref, torch.full_like(ref, -3.0))
 
+# DeepGEMM's forms (the native path): q as (values, scales), (batch, next_n) context bounds
+def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
+                             clean_logits):
+    values, scales = q
+    lens = context_lens[:, -1] if context_lens.ndim == 2 else context_lens
+    return fp8_paged_mqa_logits_triton(values, kv_cache, weights, lens, block_tables, max_model_len, clean_logits)
+
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits):
+    return fp8_mqa_logits_triton(q[0], kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
+
 BUG = None
 """
 
@@ -51,12 +61,13 @@ SPARSE_SRC = """
 import torch
 
 def triton_convert_req_index_to_global_index(req_id, block_table, token_indices, BLOCK_SIZE=64,
-                                             NUM_TOPK_TOKENS=2048, BLOCK_N=128):
+                                             NUM_TOPK_TOKENS=2048, BLOCK_N=128, return_valid_counts=False):
     ti = token_indices.long()
     col = ti.clamp_min(0) // BLOCK_SIZE
     ok = (ti >= 0) & (col < block_table.shape[1])
     base = block_table.long()[req_id.long()[:, None].expand_as(col), col.clamp_max(block_table.shape[1] - 1)]
-    return torch.where(ok, base * BLOCK_SIZE + ti.clamp_min(0) % BLOCK_SIZE, torch.full_like(ti, -1)).int()
+    out = torch.where(ok, base * BLOCK_SIZE + ti.clamp_min(0) % BLOCK_SIZE, torch.full_like(ti, -1)).int()
+    return (out, (out >= 0).sum(1).int()) if return_valid_counts else out
 
 class XPUMLASparseImpl:
     def __init__(self, buf):
@@ -84,6 +95,43 @@ def run(q, kv, glob):
 """
 
 
+# the native path's backend module: FlashMLA's kernel returns (out, max_logits, lse) and runs on q padded to 8
+# heads, the padding left as NaN here (FlashMLA leaves it unwritten) so that a check reading it would fail
+FLASHMLA_SRC = """
+import torch
+from vllm_compose.validation import dsa_oracle as o
+from vllm.v1.attention.backends.mla.xpu_mla_sparse import triton_convert_req_index_to_global_index
+
+PAD = 8
+
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None, out=None):
+    heads = q.shape[1]
+    res = torch.full((q.shape[0], heads, d_v), float("nan"))
+    real = ~torch.isnan(q.float()).any(dim=2).any(dim=0)
+    got, lse = o.sparse_mla_attention(q[:, real], kv, indices, sm_scale)
+    res[:, real] = got
+    return res.to(torch.bfloat16), None, lse
+
+class FlashMLASparseImpl:
+    num_heads = 3
+
+    def __init__(self, buf):
+        self.topk_indices_buffer = buf
+
+    def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
+        n = q.shape[0]
+        glob, lens = triton_convert_req_index_to_global_index(
+            attn_metadata["req_id"], attn_metadata["block_table"], self.topk_indices_buffer[:n],
+            BLOCK_SIZE=attn_metadata["block_size"], NUM_TOPK_TOKENS=self.topk_indices_buffer.shape[1],
+            return_valid_counts=True)
+        padded = q.new_full((n, PAD, q.shape[2]), float("nan"))
+        padded[:, : self.num_heads] = q
+        out = flash_mla_sparse_fwd(padded, kv_c_and_k_pe_cache.view(-1, 1, kv_c_and_k_pe_cache.shape[-1]),
+                                   glob.view(n, 1, -1), 0.1, topk_length=lens)[0]
+        return out[:, : self.num_heads], None
+"""
+
+
 def _module(name: str, src: str | None = None) -> types.ModuleType:
     mod = types.ModuleType(name)
     if src:
@@ -104,6 +152,7 @@ def fake_vllm(monkeypatch):
         eo.INDEXER_MODULE: INDEXER_SRC,
         eo.SPARSE_MODULE: SPARSE_SRC,
         eo.TRITON_MODULE: TRITON_SRC,
+        eo.FLASHMLA_MODULE: FLASHMLA_SRC,
     }
     mods = {}
     for name, src in parts.items():
@@ -164,8 +213,27 @@ class _World:
         top = o.topk_indices(torch.where(valid, logits, torch.tensor(float("-inf"))), TOPK)
         self.buf[:2] = top.int()
 
-    def forward(self, mods, impl) -> None:
-        self.indexer(mods)
+    def native_indexer(self, mods, scales=None) -> None:
+        """The indexer as the native path calls DeepGEMM: q as (values, scales), (batch, next_n) bounds."""
+        ind = mods[eo.INDEXER_MODULE]
+        logits = ind.fp8_fp4_paged_mqa_logits(
+            (self.q_idx, scales),
+            self.cache.as_strided((NUM_BLOCKS, BS, 1, D + 4), (PAGE, D + 4, D + 4, 1)),
+            self.w,
+            self.ctx[:, None],
+            self.block_table,
+            None,
+            max_model_len=80,
+            clean_logits=False,
+        )
+        valid = torch.arange(80)[None, :] < self.ctx[:, None]
+        self.buf[:2] = o.topk_indices(torch.where(valid, logits, torch.tensor(float("-inf"))), TOPK).int()
+
+    def forward(self, mods, impl, native: bool = False) -> None:
+        if native:
+            self.native_indexer(mods)
+        else:
+            self.indexer(mods)
         impl.forward_mqa(self.q, self.kv, self.meta, _Layer("model.layers.0.self_attn.attn"))
         impl.forward_mqa(self.q, self.kv, self.meta, _Layer("model.layers.1.self_attn.attn"))
 
@@ -397,3 +465,72 @@ def test_dsa_sources_fingerprints_the_files_that_would_be_imported(tmp_path, mon
     assert got["fakepkg_dsa.kernel"] == hashlib.sha256(b"X = 1\n").hexdigest()[:16]
     assert got["fakepkg_dsa.missing"] == "not found" and got["no_such_pkg.x"] == "not found"
     assert "fakepkg_dsa.kernel" not in sys.modules  # fingerprinted, not imported
+
+
+# --- the native path (FLASHMLA_SPARSE): the oracle's second opinion --------------------------------------------------
+
+
+def test_native_profile_runs_every_check_and_passes_on_a_faithful_path(fake_vllm):
+    info = eo.install("FLASHMLA_SPARSE")
+    assert info["backend"] == "FLASHMLA_SPARSE"
+    w = _World()
+    impl = fake_vllm[eo.FLASHMLA_MODULE].FlashMLASparseImpl(w.buf)
+    eo.arm(True)
+    w.forward(fake_vllm, impl, native=True)
+    g = torch.Generator().manual_seed(3)
+    w.native_indexer(fake_vllm)
+    ind = fake_vllm[eo.INDEXER_MODULE]
+    # a prefill chunk through DeepGEMM's prefill form, rows 2..7
+    q_all = (torch.randn(8, H_IDX, D, generator=g) * 2).to(torch.float8_e4m3fn)
+    k = (torch.randn(30, D, generator=g) * 2).to(torch.float8_e4m3fn)
+    scale = torch.rand(30, generator=g) + 0.5
+    wts = torch.randn(8, H_IDX, generator=g).abs()
+    ks, ke = torch.zeros(6, dtype=torch.int32), torch.arange(25, 31, dtype=torch.int32)
+    logits = ind.fp8_fp4_mqa_logits((q_all[2:8], None), (k, scale), wts[2:8], ks, ke, clean_logits=False)
+    valid = (torch.arange(30)[None, :] >= ks[:, None]) & (torch.arange(30)[None, :] < ke[:, None])
+    w.buf[2:8] = o.topk_indices(torch.where(valid, logits, torch.tensor(float("-inf"))), TOPK, row_starts=ks).int()
+    meta = dict(w.meta, req_id=torch.tensor([0, 1, 0, 0, 0, 0, 0, 0], dtype=torch.int32))
+    impl.forward_mqa(torch.cat([w.q] * 4).contiguous(), w.kv, meta, _Layer("model.layers.0.self_attn.attn"))
+    s = eo.summary()
+    assert s["passed"] and s["backend"] == "FLASHMLA_SPARSE" and s["unsupported"] == {}, s
+    assert all(s["checks"][c]["count"] > 0 and s["checks"][c]["failed"] == 0 for c in eo.CHECKS)
+    # the padded heads (NaN) were not read: the attention check saw the layer's 3 heads
+    assert s["checks"]["attention"]["layers"]["model.layers.0.self_attn.attn"]["worst"]["min_cosine"] > 0.999
+
+
+@pytest.mark.parametrize("kind", sorted(eo.CORRUPTIONS))
+def test_native_profile_each_corruption_fails_its_check(fake_vllm, kind):
+    eo.install("FLASHMLA_SPARSE")
+    w = _World()
+    impl = fake_vllm[eo.FLASHMLA_MODULE].FlashMLASparseImpl(w.buf)
+    eo.arm(True)
+    eo.corrupt(kind)
+    w.forward(fake_vllm, impl, native=True)
+    s = eo.summary()
+    assert not s["passed"] and s["checks"][eo.CORRUPTIONS[kind]]["failed"] > 0, s
+
+
+def test_native_fp4_q_is_counted_unsupported_and_fails_the_verdict(fake_vllm):
+    from vllm_compose.validation.recall_run import oracle_verdict
+
+    eo.install("FLASHMLA_SPARSE")
+    w = _World()
+    impl = fake_vllm[eo.FLASHMLA_MODULE].FlashMLASparseImpl(w.buf)
+    eo.arm(True)
+    w.native_indexer(fake_vllm, scales=torch.ones(2, 1, H_IDX))
+    impl.forward_mqa(w.q, w.kv, w.meta, _Layer("model.layers.0.self_attn.attn"))
+    s = eo.summary()
+    assert s["unsupported"] == {"FP4 indexer q (values with block scales)": 1}
+    assert "decode_logits" not in s["checks"] and not s["passed"]
+    ok, label = oracle_verdict(s)
+    assert not ok and "does not model: FP4 indexer q" in label
+
+
+def test_install_names_its_backend_and_refuses_another_or_an_unknown_one(fake_vllm):
+    with pytest.raises(eo.EngineOracleError, match="no profile for attention backend 'FLASH_ATTN'"):
+        eo.install("FLASH_ATTN")
+    eo.install("TRITON_MLA_SPARSE")
+    with pytest.raises(eo.EngineOracleError, match="installed for TRITON_MLA_SPARSE, not FLASHMLA_SPARSE"):
+        eo.install("FLASHMLA_SPARSE")
+    eo.uninstall()
+    assert eo.install("FLASHMLA_SPARSE")["backend"] == "FLASHMLA_SPARSE"

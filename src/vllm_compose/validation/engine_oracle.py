@@ -13,6 +13,12 @@ up at call time):
 | `triton_mla_sparse_attention` | `vllm.v1.attention.backends.mla.triton_mla_sparse` | q, slots, the kernel's output (the latent cache by reference) |
 | `XPUMLASparseImpl.forward_mqa` | `vllm.v1.attention.backends.mla.xpu_mla_sparse` | the layer's name; the records since the last layer are its group |
 
+That is TRITON_MLA_SPARSE's path (`PROFILES`). `install("FLASHMLA_SPARSE")` wraps the native Hopper path instead
+(DeepGEMM's `fp8_fp4_paged_mqa_logits` / `fp8_fp4_mqa_logits` in the indexer module, `flash_mla_sparse_fwd`, the
+slot mapping and `FlashMLASparseImpl.forward_mqa` in `flashmla_sparse`): the same checks against the same reference,
+a second opinion on the oracle from kernels written by others. Inputs the oracle does not model (FP4 indexer q) are
+counted in `summary()["unsupported"]` and fail the verdict rather than pass unchecked.
+
 A layer's group is checked when the layer ends (eager) or, when the layer ran inside a CUDA-graph capture, after
 each replay of that graph: the records are clones made inside the capture, so each replay refreshes them (the
 capture and replay are followed by wrapping `torch.cuda.CUDAGraph.capture_begin/capture_end/replay`). Checks run
@@ -48,13 +54,45 @@ from ..errors import ComposeError
 INDEXER_MODULE = "vllm.model_executor.layers.sparse_attn_indexer"
 SPARSE_MODULE = "vllm.v1.attention.backends.mla.xpu_mla_sparse"
 TRITON_MODULE = "vllm.v1.attention.backends.mla.triton_mla_sparse"
-TARGETS = {
-    "decode_logits": (INDEXER_MODULE, "fp8_paged_mqa_logits_triton"),
-    "prefill_logits": (INDEXER_MODULE, "fp8_mqa_logits_triton"),
-    "slots": (SPARSE_MODULE, "triton_convert_req_index_to_global_index"),
-    "attention": (TRITON_MODULE, "triton_mla_sparse_attention"),
+FLASHMLA_MODULE = "vllm.v1.attention.backends.mla.flashmla_sparse"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Where one attention backend's DSA path lives: the function each record comes from, and the impl class whose
+    `forward_mqa` is one layer."""
+
+    targets: dict[str, tuple[str, str]]
+    impl: tuple[str, str]
+
+
+#: per attention backend. TRITON_MLA_SPARSE is the Ampere path the compose adds. FLASHMLA_SPARSE is the native
+#: Hopper path (DeepGEMM's indexer logits, FlashMLA's sparse kernel on a bf16 cache), run at the GPU's own capability
+#: as the oracle's second opinion: its functions take the same inputs under the same parameter names, except that
+#: DeepGEMM takes q as (values, scales) (fp8: scales None) and the decode context lengths as (batch, next_n) bounds,
+#: and FlashMLA returns (out, max_logits, lse) and may pad the heads of q.
+PROFILES = {
+    "TRITON_MLA_SPARSE": Profile(
+        targets={
+            "decode_logits": (INDEXER_MODULE, "fp8_paged_mqa_logits_triton"),
+            "prefill_logits": (INDEXER_MODULE, "fp8_mqa_logits_triton"),
+            "slots": (SPARSE_MODULE, "triton_convert_req_index_to_global_index"),
+            "attention": (TRITON_MODULE, "triton_mla_sparse_attention"),
+        },
+        impl=(SPARSE_MODULE, "XPUMLASparseImpl"),
+    ),
+    "FLASHMLA_SPARSE": Profile(
+        targets={
+            "decode_logits": (INDEXER_MODULE, "fp8_fp4_paged_mqa_logits"),
+            "prefill_logits": (INDEXER_MODULE, "fp8_fp4_mqa_logits"),
+            "slots": (FLASHMLA_MODULE, "triton_convert_req_index_to_global_index"),
+            "attention": (FLASHMLA_MODULE, "flash_mla_sparse_fwd"),
+        },
+        impl=(FLASHMLA_MODULE, "FlashMLASparseImpl"),
+    ),
 }
-IMPL_CLASS = (SPARSE_MODULE, "XPUMLASparseImpl")
+TARGETS = PROFILES["TRITON_MLA_SPARSE"].targets
+IMPL_CLASS = PROFILES["TRITON_MLA_SPARSE"].impl
 
 #: the check kinds, in report order
 CHECKS = ("decode_logits", "decode_topk", "prefill_logits", "prefill_topk", "slots", "attention", "index_share")
@@ -82,6 +120,8 @@ class _Group:
     """The records of one layer in one forward."""
 
     layer: str = ""
+    #: the layer's attention heads (`num_heads` of the impl); a kernel may run on q padded past them
+    heads: int | None = None
     logits: list[dict] = field(default_factory=list)
     slots: dict | None = None
     attention: dict | None = None
@@ -101,6 +141,7 @@ class _Stats:
 class _State:
     def __init__(self) -> None:
         self.originals: dict[str, tuple[Any, str, Any]] = {}
+        self.backend = ""
         self.armed = False
         self.corruption: str | None = None
         self.pending: list[dict] = []  # logits records since the last layer ended
@@ -114,9 +155,27 @@ class _State:
         self.replays_checked = 0
         self.unattached = 0
         self.check_s = 0.0
+        #: inputs the oracle does not model, each with how often it was seen (no record is made of them)
+        self.unsupported: dict[str, int] = {}
 
 
 _S = _State()
+
+
+def _unsupported(what: str) -> None:
+    _S.unsupported[what] = _S.unsupported.get(what, 0) + 1
+
+
+def _fp8_q(q):
+    """The fp8 query values, or None: DeepGEMM takes q as (values, scales), scales None for fp8 (FP4 q is packed
+    with block scales, which the oracle does not model)."""
+    if isinstance(q, tuple):
+        values, scales = q
+        if scales is not None:
+            _unsupported("FP4 indexer q (values with block scales)")
+            return None
+        return values
+    return q
 
 
 def _capturing() -> bool:
@@ -161,7 +220,13 @@ def _decode_logits(orig):
         if not (_S.armed or _capturing()):
             return logits
         a = bind(args, kwargs)
-        q = a["q"]
+        q = _fp8_q(a["q"])
+        if q is None:
+            return logits
+        # (batch, next_n) per-row bounds (DeepGEMM's form): the last column is the request's length
+        context_lens = a["context_lens"]
+        if context_lens.ndim == 2:
+            context_lens = context_lens[:, -1]
         b = min(q.shape[0], max(1, MAX_DECODE_ROWS // max(1, q.shape[1])))
         rows = b * q.shape[1]
         if _S.corruption == "logits" and not _capturing():
@@ -172,7 +237,7 @@ def _decode_logits(orig):
                 "q": q[:b].clone(),
                 "kv_cache": a["kv_cache"],
                 "weights": a["weights"][:rows].clone(),
-                "context_lens": a["context_lens"][:b].clone(),
+                "context_lens": context_lens[:b].clone(),
                 "block_table": a["block_tables"][:b].clone(),
                 "logits": logits[:rows].clone(),
             }
@@ -193,7 +258,9 @@ def _prefill_logits(orig):
         import torch
 
         a = bind(args, kwargs)
-        q, weights = a["q"], a["weights"]
+        q, weights = _fp8_q(a["q"]), a["weights"]
+        if q is None:
+            return logits
         k, k_scale = a["kv"]
         sel = torch.tensor(_sample(q.shape[0], PREFILL_ROWS), device=q.device)
         # the chunk's first row in the forward: `q` is the caller's `q_quant[row_start:row_end]` view of the
@@ -262,13 +329,17 @@ def _attention(orig):
     bind = _binder(orig)
 
     def wrapper(*args, **kwargs):
-        out = orig(*args, **kwargs)
+        result = orig(*args, **kwargs)
         if not (_S.armed or _capturing()):
-            return out
+            return result
         import torch
 
+        # FlashMLA returns (out, max_logits, lse); the Triton kernel the output alone
+        out = result[0] if isinstance(result, tuple) else result
         a = bind(args, kwargs)
         q, indices = a["q"], a["indices"]
+        # heads past the layer's own are padding (FlashMLA's bf16 kernel takes a multiple of 64), left unwritten
+        heads = min(q.shape[1], _S.current.heads or q.shape[1])
         if _S.corruption == "attention" and not _capturing():
             out.neg_()
         if _capturing():
@@ -276,13 +347,13 @@ def _attention(orig):
         else:
             idx = torch.tensor(_sample(q.shape[0], MAX_ATTENTION_TOKENS), device=q.device)
         _S.current.attention = {
-            "q": q[idx].clone(),
+            "q": q[idx, :heads].clone(),
             "kv": a["kv"],
             "indices": indices[idx].clone(),
             "sm_scale": float(a["sm_scale"]),
-            "out": out[idx].clone(),
+            "out": out[idx, :heads].clone(),
         }
-        return out
+        return result
 
     return wrapper
 
@@ -292,7 +363,12 @@ def _forward_mqa(orig):
         if not (_S.armed or _capturing()):
             return orig(self, *args, **kwargs)
         layer = kwargs.get("layer", args[3] if len(args) > 3 else None)
-        _S.current = _Group(layer=str(getattr(layer, "layer_name", "?")), logits=_S.pending)
+        heads = getattr(self, "num_heads", None)
+        _S.current = _Group(
+            layer=str(getattr(layer, "layer_name", "?")),
+            heads=heads if isinstance(heads, int) else None,
+            logits=_S.pending,
+        )
         _S.pending = []
         out = orig(self, *args, **kwargs)
         group, _S.current = _S.current, _Group()
@@ -526,12 +602,22 @@ def _check_attention(att: dict, o) -> tuple[bool, dict]:
 # --- the API ---------------------------------------------------------------------------------------------------------
 
 
-def install() -> dict:
-    """Wrap the DSA path's functions (see the module doc); returns what was wrapped. Idempotent."""
+def install(backend: str = "TRITON_MLA_SPARSE") -> dict:
+    """Wrap the DSA path's functions of the attention backend `backend` (`PROFILES`; see the module doc); returns
+    what was wrapped. Idempotent for one backend; a second backend needs `uninstall` first."""
     import torch
 
+    profile = PROFILES.get(backend)
+    if profile is None:
+        raise EngineOracleError(
+            f"the oracle has no profile for attention backend {backend!r}", hint=f"one of: {', '.join(PROFILES)}"
+        )
     if _S.originals:
-        return {"wrapped": sorted(_S.originals)}
+        if _S.backend != backend:
+            raise EngineOracleError(
+                f"the oracle is installed for {_S.backend}, not {backend}", hint="uninstall() first"
+            )
+        return {"backend": backend, "wrapped": sorted(_S.originals)}
     makers = {
         "decode_logits": _decode_logits,
         "prefill_logits": _prefill_logits,
@@ -539,21 +625,22 @@ def install() -> dict:
         "attention": _attention,
     }
     targets: list[tuple[str, Any, str, Any]] = []
-    for key, (mod_name, attr) in TARGETS.items():
+    for key, (mod_name, attr) in profile.targets.items():
         try:
             mod = importlib.import_module(mod_name)
         except ImportError as exc:
             raise EngineOracleError(
-                f"cannot import {mod_name}: {exc}", hint="the oracle needs a composed tree with TRITON_MLA_SPARSE"
+                f"cannot import {mod_name}: {exc}", hint=f"the oracle needs a tree with {backend}'s DSA path"
             ) from exc
         fn = getattr(mod, attr, None)
         if fn is None:
             raise EngineOracleError(f"{mod_name} has no {attr}", hint="the release names the DSA functions otherwise")
         targets.append((key, mod, attr, makers[key](fn)))
-    mod = importlib.import_module(IMPL_CLASS[0])
-    impl = getattr(mod, IMPL_CLASS[1], None)
+    impl_module, impl_name = profile.impl
+    mod = importlib.import_module(impl_module)
+    impl = getattr(mod, impl_name, None)
     if impl is None or not hasattr(impl, "forward_mqa"):
-        raise EngineOracleError(f"{IMPL_CLASS[0]}.{IMPL_CLASS[1]}.forward_mqa not found")
+        raise EngineOracleError(f"{impl_module}.{impl_name}.forward_mqa not found")
     targets.append(("forward_mqa", impl, "forward_mqa", _forward_mqa(impl.forward_mqa)))
     graph = torch.cuda.CUDAGraph
     for name, maker in (("capture_begin", _capture_begin), ("capture_end", _capture_end), ("replay", _replay)):
@@ -562,7 +649,8 @@ def install() -> dict:
         _S.originals[key] = (holder, attr, getattr(holder, attr))
         setattr(holder, attr, wrapper)
     _S.current = _Group()
-    return {"wrapped": sorted(_S.originals)}
+    _S.backend = backend
+    return {"backend": backend, "wrapped": sorted(_S.originals)}
 
 
 def uninstall() -> None:
@@ -570,6 +658,7 @@ def uninstall() -> None:
     for holder, attr, orig in _S.originals.values():
         setattr(holder, attr, orig)
     _S.originals.clear()
+    _S.backend = ""
 
 
 def arm(on: bool = True) -> None:
@@ -592,6 +681,7 @@ def reset() -> None:
     _S.stats.clear()
     _S.forwards = _S.replays_checked = _S.unattached = 0
     _S.check_s = 0.0
+    _S.unsupported.clear()
 
 
 def summary() -> dict:
@@ -618,5 +708,7 @@ def summary() -> dict:
         "captured_graphs": sum(1 for g in _S.graph_groups.values() if g),
         "unattached_capture_groups": _S.unattached,
         "check_s": round(_S.check_s, 2),
-        "passed": total > 0 and all(e["failed"] == 0 for e in per_check.values()),
+        "backend": _S.backend,
+        "unsupported": dict(_S.unsupported),
+        "passed": total > 0 and not _S.unsupported and all(e["failed"] == 0 for e in per_check.values()),
     }

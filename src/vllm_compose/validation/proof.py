@@ -51,6 +51,15 @@ SUITES: dict[str, dict[str, Any]] = {
     "graph_mtp1": {"lengths": _MIXED, "mtp": 1, "eager": False, "compilation": GRAPHS, **_ORACLE},
     "graph_mtp2": {"lengths": _MIXED, "mtp": 2, "eager": False, "compilation": GRAPHS, **_ORACLE},
     "graph_default": {"lengths": [8192, 16384], "eager": False, **_ORACLE},
+    # the native Hopper path (FLASHMLA_SPARSE, DeepGEMM's indexer logits) against the same oracle: its second
+    # opinion, from kernels the compose did not write. Runs at the GPU's own capability (sm_90+), without the sm_80
+    # override, and needs FlashMLA and DeepGEMM installed (lab/device/stage.py build --native)
+    "native": {
+        "lengths": [8192, 32768, 131072, 16384],
+        "backend": "FLASHMLA_SPARSE",
+        "oracle_corruptions": ["logits", "slots", "attention", "topk"],
+        **_ORACLE,
+    },
 }
 DEFAULT_SUITES = ("eager", "mtp1", "mtp2", "graph", "graph_mtp1", "graph_mtp2")
 

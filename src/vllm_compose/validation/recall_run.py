@@ -317,7 +317,10 @@ def oracle_verdict(summary: dict) -> tuple[bool, str]:
     label = f"every layer agrees with the DSA oracle ({ran or 'no check ran'})"
     if missing:
         label += f"; never ran: {', '.join(missing)}"
-    return summary["failed"] == 0 and not missing and summary["total"] > 0, label
+    unsupported = summary.get("unsupported") or {}
+    if unsupported:
+        label += f"; inputs the oracle does not model: {', '.join(f'{k} ({n})' for k, n in unsupported.items())}"
+    return summary["failed"] == 0 and not missing and not unsupported and summary["total"] > 0, label
 
 
 def _oracle_generate(llm, prompts, max_tokens: int, corruption: str | None = None) -> tuple[list[list[int]], dict]:
@@ -347,7 +350,7 @@ def run_suite(suite: Suite) -> dict:
         result["vllm_version"] = vllm.__version__
         result["dsa_sources"] = dsa_sources()
         if suite.oracle:
-            result["oracle_install"] = engine_oracle.install()
+            result["oracle_install"] = engine_oracle.install(suite.backend)
         t0 = time.perf_counter()
         llm = engine(suite, spec)
         result["init_s"] = round(time.perf_counter() - t0, 1)
