@@ -8,11 +8,14 @@ checks part N against the manifest and keeps it; `install` joins the parts, chec
 wheels into `/tmp/vc/site` and unpacks the stock and composed trees. Standard library only: the same file runs on
 the machine's python3.
 
-Here (no GPU; the wheels as `pip download` saves them, the stock and composed `vllm/` trees from the sdist tag and
-the compose branch):
+Here (no GPU; the wheels as `pip download` saves them), composing the series onto the release first so that the
+staged tree is the series as it stands (`vllm-compose rebase` into REPO; the stock tree is the tag's):
 
     python3 lab/device/stage.py build --lock lab/device/payload-v0.33.0.lock --wheels DIR \\
-        --stock-tree /tmp/s33/vllm --composed-tree /tmp/c33/vllm
+        --onto v0.33.0 --repo /path/to/scratch/vllm [--sources DIR]
+
+or from trees already written (`--stock-tree /tmp/s33/vllm --composed-tree /tmp/c33/vllm`: nothing then checks
+that the composed tree is the series' current compose).
 
 There, one call per part, back to back (the machine stays warm 30 s between calls):
 
@@ -191,10 +194,18 @@ def native_objects(wheel: Path) -> list[str]:
 
 
 def build(
-    lock: Path, wheels: Path, stock_tree: Path, composed_tree: Path, out: Path, part_mib: int, native: bool = False
+    lock: Path,
+    wheels: Path,
+    stock_tree: Path,
+    composed_tree: Path,
+    out: Path,
+    part_mib: int,
+    native: bool = False,
+    composed: dict | None = None,
 ) -> dict:
     """Build the parts under `out` (p1, p2, ...; replaced whole). Returns the manifest. `native`: carry the native
-    Hopper DSA path too (`EXCLUDE_NATIVE`, `NATIVE_OBJECTS`)."""
+    Hopper DSA path too (`EXCLUDE_NATIVE`, `NATIVE_OBJECTS`); `composed`: what `compose_trees` composed, kept in the
+    manifest (branch, head commit, entries)."""
     entries, objects = read_lock(lock)
     for tree, what in ((stock_tree, "--stock-tree"), (composed_tree, "--composed-tree")):
         if not (tree / "__init__.py").is_file():
@@ -227,6 +238,7 @@ def build(
             "items": [{"name": n, "size": p.stat().st_size, "sha256": sha256_of(p)} for n, p in items],
             "overlay": overlay,
             "native": native,
+            "composed": composed,
             "part_sha256": [],
         }
         staging = out.with_name(out.name + ".new")
@@ -363,6 +375,11 @@ def install(models: bool = True) -> str:
         f"installed {manifest['lock']}: {len(wheels)} wheels -> {DEST}/site; stock and composed vLLM "
         f"{manifest['release']} ({len(manifest['overlay'])} overlay files"
         f"{', FlashMLA and DeepGEMM included' if manifest.get('native') else ''}) -> {DEST}/stock, {DEST}/composed"
+        + (
+            f"; composed tree: {manifest['composed']['branch']} at {manifest['composed']['head'][:12]}"
+            if manifest.get("composed")
+            else ""
+        )
     )
 
 
@@ -388,14 +405,73 @@ def write_models(dest: Path, layers: int = int(os.environ.get("VC_LAYERS", "4"))
     )
 
 
+def compose_trees(
+    tag: str,
+    repo: Path,
+    sources: Path | None,
+    into: Path,
+    series: Path = REPO / "series",
+    package: str = "vllm",
+    offline: bool = False,
+) -> tuple[Path, Path, dict]:
+    """Compose `series` onto `tag` in `repo` (`vllm-compose rebase --no-checkout`: the branch is rewritten only
+    when the series changed) and write the tag's and the branch's `package/` folder under `into`; returns (stock
+    folder, composed folder, what was composed). Needs vllm_compose importable (this repository's package)."""
+    into.mkdir(parents=True, exist_ok=True)
+    report = into / "rebase.json"
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from vllm_compose.cli import main; sys.exit(main(sys.argv[1:]))",
+        "rebase",
+        "--onto",
+        tag,
+        "--repo",
+        str(repo),
+        "--series",
+        str(series),
+        "--no-checkout",
+        "-q",
+        "--json",
+        str(report),
+        *(["--sources", str(sources)] if sources else []),
+        *(["--offline"] if offline else []),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0 or not report.is_file():
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        raise StageError(f"composing the series onto {tag} in {repo} failed (exit {done.returncode}): {tail}")
+    rebase = json.loads(report.read_text())
+    trees = {}
+    for name, rev in (("stock", rebase["base"]), ("composed", rebase["head"])):
+        archive = into / f"{name}.tar"
+        with open(archive, "wb") as f:
+            got = subprocess.run(["git", "-C", str(repo), "archive", rev, package], stdout=f, stderr=subprocess.PIPE)
+        if got.returncode != 0:
+            raise StageError(f"git archive {rev} of {repo} failed: {got.stderr.decode().strip()}")
+        with tarfile.open(archive) as tar:
+            tar.extractall(into / name, **_SAFE)
+        trees[name] = into / name / package
+    what = {
+        "tag": tag,
+        "branch": rebase["branch"],
+        "head": rebase["head"],
+        "entries": [e["id"] for e in rebase["entries"]],
+    }
+    return trees["stock"], trees["composed"], what
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build .devstage/p1..pN here")
     b.add_argument("--lock", type=Path, required=True)
     b.add_argument("--wheels", type=Path, required=True, help="folder of the lock's wheel files")
-    b.add_argument("--stock-tree", type=Path, required=True, help="the release's vllm/ (sdist tag)")
-    b.add_argument("--composed-tree", type=Path, required=True, help="the compose branch's vllm/")
+    b.add_argument("--onto", metavar="TAG", help="compose the series onto TAG in --repo and stage that")
+    b.add_argument("--repo", type=Path, help="with --onto: the vLLM git repository to compose in")
+    b.add_argument("--sources", type=Path, help="with --onto: the pinned PR diffs (vllm-compose rebase --sources)")
+    b.add_argument("--stock-tree", type=Path, help="without --onto: the release's vllm/ (sdist tag)")
+    b.add_argument("--composed-tree", type=Path, help="without --onto: the compose branch's vllm/")
     b.add_argument("--out", type=Path, default=REPO / ".devstage")
     b.add_argument("--part-mib", type=int, default=DEFAULT_PART_MIB)
     b.add_argument(
@@ -410,11 +486,28 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build":
-            m = build(args.lock, args.wheels, args.stock_tree, args.composed_tree, args.out, args.part_mib, args.native)
+            if args.onto and (args.stock_tree or args.composed_tree):
+                ap.error("--onto composes the trees itself: leave out --stock-tree and --composed-tree")
+            if args.onto and not args.repo:
+                ap.error("--onto needs --repo (the vLLM git repository to compose in)")
+            if not args.onto and not (args.stock_tree and args.composed_tree):
+                ap.error("give --onto TAG --repo DIR, or both --stock-tree and --composed-tree")
+            with tempfile.TemporaryDirectory(prefix="vc-trees-") as tmp:
+                stock_tree, composed_tree, composed = args.stock_tree, args.composed_tree, None
+                if args.onto:
+                    stock_tree, composed_tree, composed = compose_trees(args.onto, args.repo, args.sources, Path(tmp))
+                m = build(
+                    args.lock, args.wheels, stock_tree, composed_tree, args.out, args.part_mib, args.native, composed
+                )
             print(
                 f"{m['parts']} parts of <= {args.part_mib} MiB, {m['total_bytes']} bytes, {len(m['items'])} items, "
                 f"{len(m['overlay'])} overlay files{' (native path included)' if m['native'] else ''} "
                 f"-> {args.out}/p1..p{m['parts']}"
+                + (
+                    f"; {composed['branch']} at {composed['head'][:12]}, {len(composed['entries'])} entries"
+                    if composed
+                    else ""
+                )
             )
         elif args.cmd == "receive":
             print(receive(args.n))

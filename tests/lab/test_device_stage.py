@@ -205,3 +205,40 @@ def test_the_repositorys_locks_parse_and_pin_their_release_wheel(lock):
     assert "vllm/_C_stable_libtorch.abi3.so" in objects
     names = [e.name for e in entries]
     assert len(names) == len(set(names))  # one version of each: two stop the whole install
+
+
+def test_onto_composes_the_series_first_and_stages_that_branch(tmp_path, toy_upstream, toy_series):
+    """`build --onto`: the trees come from composing the series now (the branch, its head and entries go into the
+    manifest), so a stale compose branch cannot be staged by mistake."""
+    stage = _load_stage()
+    stock, composed, what = stage.compose_trees(
+        "v1.0.0", toy_upstream, None, tmp_path / "trees", series=toy_series, package="pkg", offline=True
+    )
+    assert what["tag"] == "v1.0.0" and what["entries"] == ["pr101", "fix-farewell"]
+    assert what["branch"].endswith("v1.0.0")
+    head = subprocess.run(["git", "-C", str(toy_upstream), "rev-parse", what["branch"]], capture_output=True, text=True)
+    assert what["head"] == head.stdout.strip()
+    assert "suffix" in (composed / "mod.py").read_text() and "suffix" not in (stock / "mod.py").read_text()
+
+
+def test_onto_a_tag_the_repository_lacks_is_a_stage_error(tmp_path, toy_upstream, toy_series):
+    stage = _load_stage()
+    with pytest.raises(stage.StageError, match=r"composing the series onto v9.9.9 in .* failed \(exit 3\)"):
+        stage.compose_trees(
+            "v9.9.9", toy_upstream, None, tmp_path / "t", series=toy_series, package="pkg", offline=True
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--onto", "v1.0.0", "--repo", "r", "--stock-tree", "s"], "leave out --stock-tree and --composed-tree"),
+        (["--onto", "v1.0.0"], "--onto needs --repo"),
+        (["--stock-tree", "s"], "give --onto TAG --repo DIR, or both --stock-tree and --composed-tree"),
+    ],
+)
+def test_build_options_that_do_not_go_together_are_usage_errors(tmp_path, capsys, args, message):
+    stage = _load_stage()
+    with pytest.raises(SystemExit) as exit_:
+        stage.main(["build", "--lock", "l", "--wheels", "w", *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
