@@ -405,6 +405,21 @@ def write_models(dest: Path, layers: int = int(os.environ.get("VC_LAYERS", "4"))
     )
 
 
+def _vllm_compose() -> list[str]:
+    """The command that runs vllm-compose: this Python's package, else the command on PATH, else the repository's
+    .venv (the one the README's set-up writes)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm_compose") is not None:
+        return [sys.executable, "-c", "import sys; from vllm_compose.cli import main; sys.exit(main(sys.argv[1:]))"]
+    for candidate in (shutil.which("vllm-compose"), REPO / ".venv" / "bin" / "vllm-compose"):
+        if candidate and Path(candidate).is_file():
+            return [str(candidate)]
+    raise StageError(
+        "--onto needs vllm-compose: install this repository (pip install -e .) or run stage.py with its .venv's python"
+    )
+
+
 def compose_trees(
     tag: str,
     repo: Path,
@@ -420,9 +435,7 @@ def compose_trees(
     into.mkdir(parents=True, exist_ok=True)
     report = into / "rebase.json"
     cmd = [
-        sys.executable,
-        "-c",
-        "import sys; from vllm_compose.cli import main; sys.exit(main(sys.argv[1:]))",
+        *_vllm_compose(),
         "rebase",
         "--onto",
         tag,
