@@ -469,7 +469,8 @@ def compose_trees(
         "tag": tag,
         "branch": rebase["branch"],
         "head": rebase["head"],
-        "entries": [e["id"] for e in rebase["entries"]],
+        # the entries on the branch (the series' others are skipped for this release)
+        "entries": [e["id"] for e in rebase["entries"] if e["status"] == "applied"],
     }
     return trees["stock"], trees["composed"], what
 
