@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import itertools
 import json
 import math
 import sys
@@ -516,19 +517,27 @@ MLA_PREFILL_ROWS = [1_024, 4_096]
 INDEXER_Q_TOKENS = [1, 8, 32, 64, 4_096]
 #: the indexer's RoPE part of its 128-wide query and key (`qk_rope_head_dim`)
 INDEXER_ROPE_DIM = 64
-#: the indexer's RoPE as DeepSeek-V3.2's config.json sets it (rope_scaling, max_position_embeddings), as
-#: deepseek_v2.py's attention rewrites the type ("deepseek_yarn"); the indexer takes the NeoX layout unless the config
-#: says `indexer_rope_interleave`. The cos/sin table it reads per token is the same size whatever the scaling.
-INDEXER_ROPE = {
-    "rope_type": "deepseek_yarn",
-    "rope_theta": 10000,
-    "factor": 40,
-    "original_max_position_embeddings": 4096,
-    "beta_fast": 32,
-    "beta_slow": 1,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-}
+#: the indexer's RoPE, two ways, labelled: DeepSeek-V3.2's config.json rope_scaling as deepseek_v2.py's attention
+#: rewrites its type ("deepseek_yarn": `DeepseekScalingRotaryEmbedding`, whose CUDA path is its torch-native chain
+#: unless FlashInfer's RoPE is on), and a plain RoPE ("default": `RotaryEmbedding`, whose CUDA path is the compiled
+#: `rotary_embedding` op). The indexer takes the NeoX layout unless the config says `indexer_rope_interleave`; the
+#: cos/sin table it reads per token is the same size either way.
+INDEXER_ROPES = [
+    (
+        "yarn",
+        {
+            "rope_type": "deepseek_yarn",
+            "rope_theta": 10000,
+            "factor": 40,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    ),
+    ("default", {"rope_type": "default", "rope_theta": 1_000_000}),
+]
 INDEXER_MAX_POSITION = 163_840
 #: the release modules `release_vllm` imported, kept for its next block (a second import would register the
 #: release's torch.library ops twice)
@@ -695,8 +704,10 @@ def time_indexer_q(record, do_bench, torch, release: Path | None) -> None:
     """The indexer's query path on sm_8x, from the query and the fused projection's output to what the indexer op
     takes, and the K-cache insert: the release's `Indexer.forward` on `indexer_forward_self`, its `indexer_op` being
     the release's `indexer_k_quant_and_cache` call of `sparse_attn_indexer` (k, the raw cache, the slot mapping, 128,
-    "ue8m0") into a cache of 64-token blocks on the 73,728-byte page. The row names the RoPE class and the method
-    its CustomOp dispatched to (outside a compiled model: the custom op where it is enabled)."""
+    "ue8m0") into a cache of 64-token blocks on the 73,728-byte page, at each of INDEXER_ROPES. The row names the
+    RoPE class, the method its CustomOp dispatched to and whether FlashInfer's RoPE is on. Timed eagerly, op by op: in
+    a served model under torch.compile, Inductor may fuse the chain's torch ops (`--enforce-eager` runs them as
+    here)."""
     with release_vllm(release):
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.model_executor.layers.layernorm import LayerNorm
@@ -705,41 +716,45 @@ def time_indexer_q(record, do_bench, torch, release: Path | None) -> None:
 
         from vllm import _custom_ops as ops
 
-        with set_current_vllm_config(VllmConfig()):
-            rope = get_rope(
-                INDEXER_ROPE_DIM,
-                max_position=INDEXER_MAX_POSITION,
-                is_neox_style=True,
-                rope_parameters=INDEXER_ROPE,
-                dtype=torch.bfloat16,
-            ).to("cuda")
         k_norm = LayerNorm(HEAD_DIM, eps=1e-6).to("cuda")
-        method = getattr(getattr(rope, "_forward_method", None), "__name__", None)
-        path = {"rope": f"{type(rope).__name__}.{method}"}
-        for label, heads in INDEXER:
-            for tokens in INDEXER_Q_TOKENS:
+        for (label, heads), (rope_label, rope_parameters), tokens in itertools.product(
+            INDEXER, INDEXER_ROPES, INDEXER_Q_TOKENS
+        ):
+            path: dict = {}  # which RoPE ran, put on the row
 
-                def measure(heads=heads, tokens=tokens):
-                    q = torch.randn(tokens, heads * HEAD_DIM, device="cuda").to(torch.bfloat16)
-                    kw = torch.randn(tokens, HEAD_DIM + heads, device="cuda").to(torch.bfloat16)
-                    positions = torch.randint(0, 131_072, (tokens,), device="cuda")
-                    blocks = math.ceil(tokens / BLOCK) + 1
-                    cache = torch.zeros(blocks, PAGE, dtype=torch.uint8, device="cuda")
-                    cache = cache[:, : BLOCK * (HEAD_DIM + 4)].view(blocks, BLOCK, HEAD_DIM + 4)
-                    slots = torch.randperm(blocks * BLOCK, device="cuda")[:tokens]
+            def measure(heads=heads, tokens=tokens, rope_parameters=rope_parameters, path=path):
+                with set_current_vllm_config(VllmConfig()):
+                    rope = get_rope(
+                        INDEXER_ROPE_DIM,
+                        max_position=INDEXER_MAX_POSITION,
+                        is_neox_style=True,
+                        rope_parameters=rope_parameters,
+                        dtype=torch.bfloat16,
+                    ).to("cuda")
+                method = getattr(getattr(rope, "_forward_method", None), "__name__", None)
+                path.update(
+                    rope=f"{type(rope).__name__}.{method}", use_flashinfer=getattr(rope, "use_flashinfer", None)
+                )
+                q = torch.randn(tokens, heads * HEAD_DIM, device="cuda").to(torch.bfloat16)
+                kw = torch.randn(tokens, HEAD_DIM + heads, device="cuda").to(torch.bfloat16)
+                positions = torch.randint(0, 131_072, (tokens,), device="cuda")
+                blocks = math.ceil(tokens / BLOCK) + 1
+                cache = torch.zeros(blocks, PAGE, dtype=torch.uint8, device="cuda")
+                cache = cache[:, : BLOCK * (HEAD_DIM + 4)].view(blocks, BLOCK, HEAD_DIM + 4)
+                slots = torch.randperm(blocks * BLOCK, device="cuda")[:tokens]
 
-                    def insert(hidden_states, q_fp8, k, weights):
-                        ops.indexer_k_quant_and_cache(k, cache, slots, HEAD_DIM, "ue8m0")
-                        return q_fp8, weights
+                def insert(hidden_states, q_fp8, k, weights):
+                    ops.indexer_k_quant_and_cache(k, cache, slots, HEAD_DIM, "ue8m0")
+                    return q_fp8, weights
 
-                    me = indexer_forward_self(q, kw, k_norm, insert, heads)
-                    return do_bench(functools.partial(Indexer.forward, me, None, None, positions, rope))
+                me = indexer_forward_self(q, kw, k_norm, insert, heads)
+                return do_bench(functools.partial(Indexer.forward, me, None, None, positions, rope))
 
-                def rec(row: dict) -> None:
-                    record({**row, **path})
+            def rec(row: dict, path=path) -> None:
+                record({**row, **path})
 
-                shape = f"{label} {heads}h x {HEAD_DIM} tokens {tokens}"
-                _guarded(rec, "indexer query path (sm_8x)", shape, indexer_q_bytes(tokens, heads), measure)
+            shape = f"{label} {heads}h x {HEAD_DIM} tokens {tokens} rope {rope_label}"
+            _guarded(rec, "indexer query path (sm_8x)", shape, indexer_q_bytes(tokens, heads), measure)
 
 
 def wall_ms(fn) -> float:
