@@ -26,9 +26,10 @@ decode logits and the sparse-MLA decode at MTP rows (next_n 3 and 4: MTP 2 and 3
 the same inputs where the stock wheel's compiled objects are found under `--native DIR` (FlashMLA's sparse kernel
 `torch.ops._flashmla_C.sparse_prefill_fwd`, which vLLM's FLASHMLA_SPARSE backend runs on a bf16 KV cache, and
 DeepGEMM's `fp8_paged_mqa_logits`); a kernel that cannot run there gives rows "not available: <the error>", found by
-trying. Then what the indexer and the sparse MLA run on an Ampere GPU beside those kernels, each on the release's
-own code, which these three import from the first `--tree` (a whole release tree with its compiled objects, as the
-staged /tmp/vc/composed is; the kernel shim steps aside while they run):
+trying. Then what the indexer and the sparse MLA run on an Ampere GPU beside those kernels. The top-k and the
+indexer's query path run the release's own code, imported from the first `--tree`: a whole release tree with its
+compiled objects and its dependencies importable (the staged /tmp/vc/composed, with /tmp/vc/site on PYTHONPATH);
+the kernel shim steps aside while they run:
 
 - top-k: the indexer's top-k after the logits, as `sparse_attn_indexer` calls it on sm_80 at top-k 2048: decode
   `torch.ops._C.persistent_topk` (the cooperative top-k needs sm_90) at the paged decode logits' rows, prefill
@@ -45,7 +46,8 @@ staged /tmp/vc/composed is; the kernel shim steps aside while they run):
 native, topk, mla-prefill, indexer-q.
 
     python3 benchmarks/dsa_kernels.py --tree /tmp/vc/composed --native .devnative/vllm --out dsa_kernels.json
-    python3 benchmarks/dsa_kernels.py --tree /tmp/vc/composed --sections topk,mla-prefill,indexer-q --out FILE
+    PYTHONPATH=/tmp/vc/site python3 benchmarks/dsa_kernels.py --tree /tmp/vc/composed \\
+        --sections topk,mla-prefill,indexer-q --out FILE
 """
 
 from __future__ import annotations
