@@ -26,18 +26,41 @@ decode logits and the sparse-MLA decode at MTP rows (next_n 3 and 4: MTP 2 and 3
 the same inputs where the stock wheel's compiled objects are found under `--native DIR` (FlashMLA's sparse kernel
 `torch.ops._flashmla_C.sparse_prefill_fwd`, which vLLM's FLASHMLA_SPARSE backend runs on a bf16 KV cache, and
 DeepGEMM's `fp8_paged_mqa_logits`); a kernel that cannot run there gives rows "not available: <the error>", found by
-trying. Not yet here (issue 31): top-k, the sparse-MLA prefill, the fused Q / norm-rope kernels.
+trying. Then what the indexer and the sparse MLA run on an Ampere GPU beside those kernels. The top-k and the
+indexer's query path run the release's own code, imported from the first `--tree`: a whole release tree with its
+compiled objects and its dependencies importable (the staged /tmp/vc/composed, with /tmp/vc/site on PYTHONPATH);
+the kernel shim steps aside while they run:
+
+- top-k: the indexer's top-k after the logits, as `sparse_attn_indexer` calls it on sm_80 at top-k 2048: decode
+  `torch.ops._C.persistent_topk` (the cooperative top-k needs sm_90) at the paged decode logits' rows, prefill
+  `vllm._custom_ops.top_k_per_row_prefill` at the prefill logits' rows; bytes: the visible fp32 logits read once and
+  the int32 indices written;
+- the sparse-MLA prefill: `triton_mla_sparse_attention` at 1,024 and 4,096 query rows (64 heads and 8), bytes as the
+  decode rows count them, FLOPs beside;
+- the indexer's query path on sm_8x, where the fused `_fused_indexer_q_rope_quant_kernel` is gated off: the release's
+  `Indexer.forward` (its unfused branch: RoPE, `per_token_group_quant_fp8`, the weights' scaling) from the query and
+  the fused wk/weights projection's output on (its GEMMs not run), and the K-cache insert
+  `indexer_k_quant_and_cache` that `sparse_attn_indexer` runs first.
+
+`--sections` picks sections by name (default: all, in this order): paged-logits, mla-decode, prefill-logits, mtp,
+native, topk, mla-prefill, indexer-q.
 
     python3 benchmarks/dsa_kernels.py --tree /tmp/vc/composed --native .devnative/vllm --out dsa_kernels.json
+    PYTHONPATH=/tmp/vc/site python3 benchmarks/dsa_kernels.py --tree /tmp/vc/composed \\
+        --sections topk,mla-prefill,indexer-q --out FILE
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import itertools
 import json
 import math
 import sys
+import time
+import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,12 +94,29 @@ def sparse_mla_decode_bytes(rows: int, heads: int, topk: int = TOPK) -> int:
     return rows * topk * (MLA_QK_DIM * 2 + 4) + rows * heads * (MLA_QK_DIM + MLA_V_DIM) * 2
 
 
+#: every section, in the order a run times them; `--sections` picks some
+SECTIONS = ("paged-logits", "mla-decode", "prefill-logits", "mtp", "native", "topk", "mla-prefill", "indexer-q")
+
+
+def parse_sections(text: str) -> tuple[str, ...]:
+    """The sections a `--sections` value names (comma-separated), in the run's order. Raises ValueError naming
+    the unknown ones and the known, or saying that none was named."""
+    named = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in named if s not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown section(s) {', '.join(unknown)}; the sections are {', '.join(SECTIONS)}")
+    if not named:
+        raise ValueError(f"--sections names no section; the sections are {', '.join(SECTIONS)}")
+    return tuple(s for s in SECTIONS if s in named)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, action="append", required=True, help="a tree root holding vllm/ (repeat)")
     ap.add_argument("--paged-blocks-per-prog", default="", help="e.g. 1,2,4: the paged logits at each (entry 0040)")
     ap.add_argument("--mla-max-block-h", default="", help="e.g. 16,32,64: the sparse MLA at each (lab/candidates/)")
     ap.add_argument("--mla-only", action="store_true", help="time only the sparse-MLA decode rows")
+    ap.add_argument("--sections", help=f"comma-separated, of {','.join(SECTIONS)} (default: all)")
     ap.add_argument("--sm80-ptx", action="store_true")
     ap.add_argument("--peak-gbs", type=float, default=4800.0)
     ap.add_argument("--out", type=Path, required=True)
@@ -88,6 +128,12 @@ def main() -> int:
         "staged stock tree; lab/device/stage.py carries neither unless asked)",
     )
     args = ap.parse_args()
+    if args.mla_only and args.sections is not None:
+        ap.error("--mla-only and --sections: give one (--mla-only is the sparse-MLA decode rows and FlashMLA's)")
+    try:
+        sections = parse_sections(args.sections) if args.sections is not None else SECTIONS
+    except ValueError as exc:
+        ap.error(str(exc))
     compiled: list[dict] = []
     if args.sm80_ptx:
         from sm80_ptx import enable
@@ -128,7 +174,7 @@ def main() -> int:
         diff = float((got[finite] - first[finite]).abs().max()) if finite.any() else 0.0
         return {"masks_equal": same_mask, "max_abs_diff": diff, "max_abs_first": float(first[finite].abs().max())}
 
-    for label, heads in [] if args.mla_only else INDEXER:
+    for label, heads in INDEXER if "paged-logits" in sections and not args.mla_only else []:
         for ctx in CONTEXTS:
             for batch, next_n in DECODE:
                 nb = math.ceil(ctx / BLOCK)
@@ -162,11 +208,12 @@ def main() -> int:
                     record(row)
                 del pool, kv, first
 
-    time_mla_decode(trees, block_hs, record, do_bench, torch, dev)
+    if "mla-decode" in sections:
+        time_mla_decode(trees, block_hs, record, do_bench, torch, dev)
     if args.mla_only:
         time_flashmla_sparse(record, do_bench, torch, args.native)
         return 0
-    extra_sections(trees[0][1], record, args.native)
+    extra_sections(trees[0][1], record, args.native, sections, release=args.tree[0])
     return 0
 
 
@@ -461,18 +508,282 @@ def time_deep_gemm_paged(record, do_bench, torch, native: Path) -> None:
                 _guarded(record, "DeepGEMM paged logits (native)", shape, nbytes, measure)
 
 
-def extra_sections(mods, record, native: Path) -> None:
-    """The sections after the paged logits and the sparse-MLA decode, in order; one that fails as a whole (not
-    shape by shape) records a row saying so and the next one runs."""
+# --- the release's own ops (issue 31): top-k, the sparse-MLA prefill, the indexer's query path on sm_8x ----------------
+
+#: `RADIX_TOPK_WORKSPACE_SIZE` of the release's sparse_attn_indexer.py: the uint8 workspace its top-k ops take
+TOPK_WORKSPACE_BYTES = 1024 * 1024
+#: (label, query heads per rank) x query rows of the sparse-MLA prefill (one prefill chunk of that many tokens)
+MLA_PREFILL = [("GLM-5 TP1", 64), ("GLM-5 TP8", 8)]
+MLA_PREFILL_ROWS = [1_024, 4_096]
+#: tokens of the indexer's query path: decode batches (next_n 1) and one prefill chunk
+INDEXER_Q_TOKENS = [1, 8, 32, 64, 4_096]
+#: the indexer's RoPE part of its 128-wide query and key (`qk_rope_head_dim`)
+INDEXER_ROPE_DIM = 64
+#: the indexer's RoPE, two ways, labelled: DeepSeek-V3.2's config.json rope_scaling as deepseek_v2.py's attention
+#: rewrites its type ("deepseek_yarn": `DeepseekScalingRotaryEmbedding`, whose CUDA path is its torch-native chain
+#: unless FlashInfer's RoPE is on), and a plain RoPE ("default": `RotaryEmbedding`, whose CUDA path is the compiled
+#: `rotary_embedding` op). The indexer takes the NeoX layout unless the config says `indexer_rope_interleave`; the
+#: cos/sin table it reads per token is the same size either way.
+INDEXER_ROPES = [
+    (
+        "yarn",
+        {
+            "rope_type": "deepseek_yarn",
+            "rope_theta": 10000,
+            "factor": 40,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    ),
+    ("default", {"rope_type": "default", "rope_theta": 1_000_000}),
+]
+INDEXER_MAX_POSITION = 163_840
+#: the release modules `release_vllm` imported, kept for its next block (a second import would register the
+#: release's torch.library ops twice)
+_RELEASE_MODULES: dict = {}
+
+
+def _vllm_modules() -> dict:
+    return {name: mod for name, mod in sys.modules.items() if name == "vllm" or name.startswith("vllm.")}
+
+
+@contextlib.contextmanager
+def release_vllm(root: Path | None):
+    """The release's own `vllm` package (the tree at `root`, which must hold its compiled objects: the staged
+    /tmp/vc/composed does) in sys.modules while the block runs, in place of the kernel shim's stand-in; the stand-in
+    back after. The kernel modules loaded through the shim keep the objects they bound, so they run as before."""
+    if root is None:
+        raise FileNotFoundError("no release tree to import vllm from (--tree names it)")
+    if not (root / "vllm" / "__init__.py").is_file():
+        raise FileNotFoundError(f"{root} holds no vllm package (give a whole release tree, e.g. /tmp/vc/composed)")
+    shim = _vllm_modules()
+    for name in shim:
+        del sys.modules[name]
+    sys.modules.update(_RELEASE_MODULES)
+    sys.path.insert(0, str(root))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(root))
+        _RELEASE_MODULES.update(_vllm_modules())
+        for name in _vllm_modules():
+            del sys.modules[name]
+        sys.modules.update(shim)
+
+
+def decode_topk_bytes(batch: int, ctx: int, next_n: int, topk: int = TOPK) -> int:
+    """The least the decode top-k must move: the fp32 logits each row sees read once (row j of a request's next_n
+    sees ctx - next_n + 1 + j keys) and `topk` int32 indices written per row."""
+    visible = batch * (next_n * ctx - next_n * (next_n - 1) // 2)
+    return visible * 4 + batch * next_n * topk * 4
+
+
+def prefill_topk_bytes(rows: int, keys: int, topk: int = TOPK) -> int:
+    """The least the prefill top-k must move: the causal rows' visible fp32 logits read once, `topk` int32 indices
+    written per row."""
+    return prefill_visible_keys(rows, keys) * 4 + rows * topk * 4
+
+
+def decode_topk_args(torch, logits, batch: int, ctx: int, next_n: int, topk: int = TOPK) -> tuple:
+    """`torch.ops._C.persistent_topk`'s arguments as the release's `sparse_attn_indexer` passes them on sm_80 for
+    `logits` [batch * next_n, ctx]: the logits; the decode metadata's seq_lens, (batch, next_n) int32 per-row bounds
+    (row j sees ctx - next_n + 1 + j keys); the [rows, topk] int32 output; the uint8 workspace; topk; and
+    `logits.shape[1]`."""
+    steps = torch.arange(next_n, dtype=torch.int32, device=logits.device)
+    lens = (ctx - next_n + 1 + steps).repeat(batch, 1).contiguous()
+    out = torch.empty(batch * next_n, topk, dtype=torch.int32, device=logits.device)
+    workspace = torch.empty(TOPK_WORKSPACE_BYTES, dtype=torch.uint8, device=logits.device)
+    return logits, lens, out, workspace, topk, logits.shape[1]
+
+
+def prefill_topk_args(torch, logits, keys: int, topk: int = TOPK) -> tuple:
+    """`vllm._custom_ops.top_k_per_row_prefill`'s arguments as the release passes them for causal prefill `logits`
+    [rows, keys] (the chunk's rows are the last of `keys` tokens): the logits, the rows' key starts (0) and ends
+    (keys - rows + i + 1), the [rows, topk] int32 output, rows, the logits' two strides, topk."""
+    rows = logits.shape[0]
+    starts = torch.zeros(rows, dtype=torch.int32, device=logits.device)
+    ends = torch.arange(keys - rows + 1, keys + 1, dtype=torch.int32, device=logits.device)
+    out = torch.empty(rows, topk, dtype=torch.int32, device=logits.device)
+    return logits, starts, ends, out, rows, logits.stride(0), logits.stride(1), topk
+
+
+def time_topk(record, do_bench, torch, release: Path | None) -> None:
+    """The indexer's top-k at the paged decode logits' rows and the prefill logits' rows, on random fp32 logits, as
+    the release's ops (the tree's own compiled objects: these are CUDA kernels, built for the GPU they run on,
+    whatever `--sm80-ptx` says)."""
+    with release_vllm(release):
+        from vllm import _custom_ops as ops  # loads the release's compiled ops into torch.ops
+
+        for label, heads in INDEXER:
+            for ctx in CONTEXTS:
+                for batch, next_n in DECODE:
+
+                    def measure(ctx=ctx, batch=batch, next_n=next_n):
+                        logits = torch.randn(batch * next_n, ctx, device="cuda")
+                        args = decode_topk_args(torch, logits, batch, ctx, next_n, TOPK)
+                        return do_bench(functools.partial(torch.ops._C.persistent_topk, *args))
+
+                    shape = f"{label} {heads}h ctx {ctx} B {batch} next_n {next_n} top-k {TOPK}"
+                    nbytes = decode_topk_bytes(batch, ctx, next_n, TOPK)
+                    _guarded(record, "top-k decode (persistent_topk)", shape, nbytes, measure)
+        for keys in CONTEXTS:
+
+            def measure(keys=keys):
+                logits = torch.randn(PREFILL_ROWS, keys, device="cuda")
+                args = prefill_topk_args(torch, logits, keys, TOPK)
+                return do_bench(functools.partial(ops.top_k_per_row_prefill, *args))
+
+            shape = f"rows {PREFILL_ROWS} keys {keys} causal top-k {TOPK}"
+            nbytes = prefill_topk_bytes(PREFILL_ROWS, keys, TOPK)
+            _guarded(record, "top-k prefill (top_k_per_row_prefill)", shape, nbytes, measure)
+            torch.cuda.empty_cache()  # 4,096 x 131,072 fp32 logits are 2 GiB
+
+
+def sparse_mla_flops(rows: int, heads: int, topk: int = TOPK) -> int:
+    """Multiply-adds of the sparse MLA as FLOPs: per query row, head and selected key a 576-wide QK dot product and a
+    512-wide PV accumulation."""
+    return 2 * rows * heads * topk * (MLA_QK_DIM + MLA_V_DIM)
+
+
+def time_mla_prefill(mods, record, do_bench, torch, device: str = "cuda") -> None:
+    """The sparse-MLA prefill: `triton_mla_sparse_attention` (one call for a chunk's tokens, as the TRITON_MLA_SPARSE
+    backend makes it) at MLA_PREFILL heads x MLA_PREFILL_ROWS rows, top-k TOPK over a flat MLA_SLOTS latent cache."""
+    mla = mods["triton_mla_sparse_kernel"].triton_mla_sparse_attention
+    kv = (torch.randn(MLA_SLOTS, 1, MLA_QK_DIM, device=device) * 0.5).to(torch.bfloat16)
+    for label, heads in MLA_PREFILL:
+        for n in MLA_PREFILL_ROWS:
+
+            def measure(heads=heads, n=n):
+                q = (torch.randn(n, heads, MLA_QK_DIM, device=device) * 0.5).to(torch.bfloat16)
+                idx = torch.randint(0, MLA_SLOTS, (n, 1, TOPK), dtype=torch.int32, device=device)
+                return do_bench(functools.partial(mla, q, kv, idx, 0.0625))
+
+            _guarded(
+                _with_flops(record, sparse_mla_flops(n, heads, TOPK)),
+                "sparse MLA prefill",
+                f"{label} {heads}h top-k {TOPK} rows {n}",
+                sparse_mla_decode_bytes(n, heads, TOPK),
+                measure,
+            )
+
+
+def indexer_q_bytes(tokens: int, heads: int, head_dim: int = HEAD_DIM) -> int:
+    """The least the indexer's query path must move (what the fused kernel and the K insert do): per token the bf16
+    query and the bf16 key and head weights (the fused projection's output) read, the fp8 query, the fp32 head
+    weights and the key's cache entry (fp8 and an fp32 scale) written. The positions and the cos/sin table (about
+    1% at 32 heads) are not counted."""
+    read = heads * head_dim * 2 + head_dim * 2 + heads * 2
+    written = heads * head_dim + heads * 4 + head_dim + 4
+    return tokens * (read + written)
+
+
+def indexer_forward_self(q, kw, k_norm, indexer_op, heads: int, head_dim: int = HEAD_DIM):
+    """A stand-in `self` for the release's `Indexer.forward` (deepseek_v2.py) that takes its sm_8x branch
+    (`use_fused_indexer_q` False, as `has_device_capability(89)` makes it there): its projections return `q`
+    ([tokens, heads * head_dim]) and `kw` ([tokens, head_dim + heads]) as they are (their GEMMs are not timed),
+    `k_norm` is the key's LayerNorm and `indexer_op(hidden_states, q_fp8, k, weights)` what it hands on to."""
+    return types.SimpleNamespace(
+        wq_b=lambda qr: (q, None),
+        wk_weights_proj=lambda hidden_states: (kw, None),
+        k_norm=k_norm,
+        n_head=heads,
+        head_dim=head_dim,
+        rope_dim=INDEXER_ROPE_DIM,
+        is_inplace_rope=False,
+        use_fused_indexer_q=False,
+        quant_block_size=head_dim,
+        scale_fmt="ue8m0",
+        softmax_scale=head_dim**-0.5,
+        n_head_scale=heads**-0.5,
+        indexer_op=indexer_op,
+    )
+
+
+def time_indexer_q(record, do_bench, torch, release: Path | None) -> None:
+    """The indexer's query path on sm_8x, from the query and the fused projection's output to what the indexer op
+    takes, and the K-cache insert: the release's `Indexer.forward` on `indexer_forward_self`, its `indexer_op` being
+    the release's `indexer_k_quant_and_cache` call of `sparse_attn_indexer` (k, the raw cache, the slot mapping, 128,
+    "ue8m0") into a cache of 64-token blocks on the 73,728-byte page, at each of INDEXER_ROPES. The row names the
+    RoPE class, the method its CustomOp dispatched to and whether FlashInfer's RoPE is on. Timed eagerly, op by op: in
+    a served model under torch.compile, Inductor may fuse the chain's torch ops (`--enforce-eager` runs them as
+    here)."""
+    with release_vllm(release):
+        from vllm.config import VllmConfig, set_current_vllm_config
+        from vllm.model_executor.layers.layernorm import LayerNorm
+        from vllm.model_executor.layers.rotary_embedding import get_rope
+        from vllm.model_executor.models.deepseek_v2 import Indexer
+
+        from vllm import _custom_ops as ops
+
+        k_norm = LayerNorm(HEAD_DIM, eps=1e-6).to("cuda")
+        for (label, heads), (rope_label, rope_parameters), tokens in itertools.product(
+            INDEXER, INDEXER_ROPES, INDEXER_Q_TOKENS
+        ):
+            path: dict = {}  # which RoPE ran, put on the row
+
+            def measure(heads=heads, tokens=tokens, rope_parameters=rope_parameters, path=path):
+                with set_current_vllm_config(VllmConfig()):
+                    rope = get_rope(
+                        INDEXER_ROPE_DIM,
+                        max_position=INDEXER_MAX_POSITION,
+                        is_neox_style=True,
+                        rope_parameters=rope_parameters,
+                        dtype=torch.bfloat16,
+                    ).to("cuda")
+                method = getattr(getattr(rope, "_forward_method", None), "__name__", None)
+                path.update(
+                    rope=f"{type(rope).__name__}.{method}", use_flashinfer=getattr(rope, "use_flashinfer", None)
+                )
+                q = torch.randn(tokens, heads * HEAD_DIM, device="cuda").to(torch.bfloat16)
+                kw = torch.randn(tokens, HEAD_DIM + heads, device="cuda").to(torch.bfloat16)
+                positions = torch.randint(0, 131_072, (tokens,), device="cuda")
+                blocks = math.ceil(tokens / BLOCK) + 1
+                cache = torch.zeros(blocks, PAGE, dtype=torch.uint8, device="cuda")
+                cache = cache[:, : BLOCK * (HEAD_DIM + 4)].view(blocks, BLOCK, HEAD_DIM + 4)
+                slots = torch.randperm(blocks * BLOCK, device="cuda")[:tokens]
+
+                def insert(hidden_states, q_fp8, k, weights):
+                    ops.indexer_k_quant_and_cache(k, cache, slots, HEAD_DIM, "ue8m0")
+                    return q_fp8, weights
+
+                me = indexer_forward_self(q, kw, k_norm, insert, heads)
+                return do_bench(functools.partial(Indexer.forward, me, None, None, positions, rope))
+
+            def rec(row: dict, path=path) -> None:
+                record({**row, **path})
+
+            shape = f"{label} {heads}h x {HEAD_DIM} tokens {tokens} rope {rope_label}"
+            _guarded(rec, "indexer query path (sm_8x)", shape, indexer_q_bytes(tokens, heads), measure)
+
+
+def wall_ms(fn) -> float:
+    """`fn`'s time once, in ms, by the wall clock: the CPU tests' stand-in for `triton.testing.do_bench`."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def extra_sections(mods, record, native: Path, chosen=SECTIONS, release: Path | None = None) -> None:
+    """The sections after the paged logits and the sparse-MLA decode that `chosen` names, in order; one that fails
+    as a whole (not shape by shape) records a row saying so and the next one runs. `release`: the tree whose own
+    `vllm` the top-k and indexer-q sections import (`release_vllm`)."""
     import torch
     from triton.testing import do_bench
 
     sections = (
-        ("indexer prefill logits", lambda: time_prefill_logits(mods, record, do_bench, torch)),
-        ("MTP rows", lambda: time_mtp_rows(mods, record, do_bench, torch)),
-        ("native Hopper kernels", lambda: time_native(record, do_bench, torch, native)),
+        ("prefill-logits", "indexer prefill logits", lambda: time_prefill_logits(mods, record, do_bench, torch)),
+        ("mtp", "MTP rows", lambda: time_mtp_rows(mods, record, do_bench, torch)),
+        ("native", "native Hopper kernels", lambda: time_native(record, do_bench, torch, native)),
+        ("topk", "indexer top-k", lambda: time_topk(record, do_bench, torch, release)),
+        ("mla-prefill", "sparse MLA prefill", lambda: time_mla_prefill(mods, record, do_bench, torch)),
+        ("indexer-q", "indexer query path", lambda: time_indexer_q(record, do_bench, torch, release)),
     )
-    for name, run in sections:
+    for key, name, run in sections:
+        if key not in chosen:
+            continue
         try:
             run()
         except Exception as exc:  # noqa: BLE001 - a section's failure is its row

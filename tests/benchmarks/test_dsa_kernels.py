@@ -89,3 +89,289 @@ def test_native_kernels_missing_from_the_folder_give_a_row_each_saying_why(tmp_p
     assert flash[0]["status"] == f"not available: FileNotFoundError: no {tmp_path / '_flashmla_C.abi3.so'} (the " \
         "staged payload carries only its lock's '# so:' objects)"  # fmt: skip
     assert deep[0]["status"].startswith(f"not available: FileNotFoundError: no {tmp_path / 'third_party/deep_gemm'}")
+
+
+# --- the sections on the release's own code: top-k, the sparse-MLA prefill, the indexer's query path ----------------
+
+
+def test_topk_bytes_by_hand():
+    # 2 requests x next_n 3 over 10 keys: rows see 8, 9 and 10 keys (54 fp32 logits, 216 B); 6 rows x 4 int32 (96 B)
+    assert dk.decode_topk_bytes(2, 10, 3, topk=4) == 216 + 96
+    # next_n 1: every row sees the whole context
+    assert dk.decode_topk_bytes(3, 10, 1, topk=4) == 3 * 10 * 4 + 3 * 4 * 4
+    # 2 causal rows, the last of 5 keys: 4 + 5 visible logits (36 B), 2 rows x 3 int32 (24 B)
+    assert dk.prefill_topk_bytes(2, 5, topk=3) == 60
+
+
+def test_sparse_mla_flops_by_hand():
+    # one row, one head, one key: a 576-wide dot product and a 512-wide accumulation, 2 FLOPs a multiply-add
+    assert dk.sparse_mla_flops(1, 1, topk=1) == 2 * (576 + 512)
+    assert dk.sparse_mla_flops(3, 2, topk=4) == 3 * 2 * 4 * 2_176
+
+
+def test_indexer_q_bytes_by_hand():
+    # one token, one head x 128: q 256 B, key 256 B, head weight 2 B read; q fp8 128 B, weight fp32 4 B, the key's
+    # cache entry 128 + 4 B written
+    assert dk.indexer_q_bytes(1, heads=1) == 514 + 264
+    # 2 tokens x 32 heads: (8,192 + 256 + 64) read + (4,096 + 128 + 132) written, each
+    assert dk.indexer_q_bytes(2, heads=32) == 2 * (8_512 + 4_356)
+
+
+def test_sections_are_picked_by_name_in_the_runs_order():
+    assert dk.parse_sections("indexer-q, topk") == ("topk", "indexer-q")
+    assert dk.parse_sections(",".join(dk.SECTIONS)) == dk.SECTIONS
+    with pytest.raises(ValueError, match=r"unknown section\(s\) top-k; the sections are paged-logits, mla-decode"):
+        dk.parse_sections("top-k,mtp")
+    with pytest.raises(ValueError, match="names no section"):
+        dk.parse_sections(" , ")
+
+
+def test_an_unknown_section_is_a_usage_error_before_anything_runs(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "r.json"
+    monkeypatch.setattr(
+        sys, "argv", ["dsa_kernels.py", "--tree", str(tmp_path), "--sections", "tpk", "--out", str(out)]
+    )
+    with pytest.raises(SystemExit) as exc:
+        dk.main()
+    assert exc.value.code == 2 and "unknown section(s) tpk" in capsys.readouterr().err and not out.exists()
+    monkeypatch.setattr(sys, "argv", ["x", "--tree", str(tmp_path), "--mla-only", "--sections", "topk", "--out", "o"])
+    with pytest.raises(SystemExit):
+        dk.main()
+    assert "--mla-only and --sections: give one" in capsys.readouterr().err
+
+
+def test_a_chosen_section_that_cannot_start_is_one_row_and_the_others_do_not_run(tmp_path):
+    # no release tree to import vllm from: the top-k section fails as a whole; no other section was chosen
+    rows = []
+    dk.extra_sections({}, rows.append, tmp_path, chosen=("topk",), release=tmp_path)
+    assert rows == [
+        {"kernel": "indexer top-k", "shape": "(section)", "ms": None, "bytes": 0,
+         "status": f"not available: FileNotFoundError: {tmp_path} holds no vllm package (give a whole release tree, "
+                   "e.g. /tmp/vc/composed)"}
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def restore_vllm_modules(monkeypatch):
+    """sys.modules' vllm entries and the kept release modules as they were, after the test."""
+    saved = {n: m for n, m in sys.modules.items() if n == "vllm" or n.startswith("vllm.")}
+    monkeypatch.setattr(dk, "_RELEASE_MODULES", {})
+    yield
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+    sys.modules.update(saved)
+
+
+def test_the_release_vllm_replaces_the_shim_for_the_block_and_is_imported_once(tmp_path, restore_vllm_modules):
+    import types
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("import builtins\nbuiltins.__dict__.setdefault('_vc_imports', [])"
+                                                   ".append(1)\nWHO = 'release'\n")  # fmt: skip
+    (tmp_path / "vllm" / "ops.py").write_text("WHO = 'release ops'\n")
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+    shim = types.ModuleType("vllm")
+    shim.WHO = "shim"
+    sys.modules["vllm"] = shim
+    import builtins
+
+    builtins.__dict__.pop("_vc_imports", None)
+    try:
+        with dk.release_vllm(tmp_path):
+            import vllm
+            from vllm import ops
+
+            assert (vllm.WHO, ops.WHO) == ("release", "release ops")
+        assert sys.modules["vllm"] is shim and "vllm.ops" not in sys.modules
+        assert str(tmp_path) not in sys.path
+        with dk.release_vllm(tmp_path):
+            import vllm
+
+            assert vllm.WHO == "release" and sys.modules["vllm.ops"] is ops
+        assert builtins._vc_imports == [1]  # the second block reused the first block's modules
+        assert sys.modules["vllm"] is shim
+    finally:
+        builtins.__dict__.pop("_vc_imports", None)
+    with pytest.raises(FileNotFoundError, match="no release tree to import vllm from"):
+        with dk.release_vllm(None):
+            pass
+
+
+# The release's own source (vLLM 0.26.0's sdist; the compose leaves the top-k calls and Indexer.forward's unfused
+# branch as they are): what the arguments the benchmark builds are checked against.
+INDEXER_FILE = "vllm/model_executor/layers/sparse_attn_indexer.py"
+BINDINGS_FILE = "csrc/libtorch_stable/torch_bindings.cpp"
+CUSTOM_OPS_FILE = "vllm/_custom_ops.py"
+DSV2_FILE = "vllm/model_executor/models/deepseek_v2.py"
+
+
+@pytest.fixture(scope="module")
+def release_source(tmp_path_factory):
+    from release_trees import release_files
+
+    return release_files(tmp_path_factory, "v0.26.0", [INDEXER_FILE, BINDINGS_FILE, CUSTOM_OPS_FILE, DSV2_FILE])
+
+
+def _call_args(source: str, op: str) -> list[str]:
+    """The argument texts of the one call of `...<op>(...)` in `source`."""
+    import ast
+
+    calls = [
+        n for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == op
+    ]  # fmt: skip
+    assert len(calls) == 1, (op, len(calls))
+    return [ast.unparse(a) for a in calls[0].args]
+
+
+def _schema(bindings: str, op: str) -> list[tuple[str, str]]:
+    """(type, name) of each parameter of `op`'s schema in the release's torch_bindings.cpp (its adjacent string
+    literals joined)."""
+    import re
+
+    joined = re.sub(r'"\s*"', "", bindings)
+    (params,) = re.findall(rf'"{op}\((.*?)\) -> \(\)"', joined)
+    return [tuple(p.strip().rsplit(" ", 1)) for p in params.split(",")]
+
+
+def _matches(args: tuple, schema: list[tuple[str, str]]) -> bool:
+    import torch
+
+    kinds = {"Tensor": torch.Tensor, "Tensor!": torch.Tensor, "int": int}
+    return len(args) == len(schema) and all(isinstance(a, kinds[t]) for a, (t, _) in zip(args, schema, strict=True))
+
+
+def test_decode_topk_args_are_what_the_indexer_hands_persistent_topk_on_sm80(release_source):
+    import ast
+
+    import torch
+
+    indexer = release_source[INDEXER_FILE]
+    # on sm_80 at top-k 2048 the cooperative top-k is off (it needs sm_90) and the persistent one runs
+    tree = ast.parse(indexer)
+    conds = {ast.unparse(n.targets[0]): ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)}
+    assert "current_platform.has_device_capability(90)" in conds["use_cooperative_topk"]
+    assert conds["use_persistent_topk"] == "current_platform.is_cuda() and topk_tokens in (512, 1024, 2048)"
+    assert eval(conds["RADIX_TOPK_WORKSPACE_SIZE"]) == dk.TOPK_WORKSPACE_BYTES  # noqa: S307 - "1024 * 1024"
+    assert _call_args(indexer, "persistent_topk") == [
+        "logits", "seq_lens", "topk_indices", "topk_workspace", "topk_tokens", "logits.shape[1]"
+    ]  # fmt: skip
+    schema = _schema(release_source[BINDINGS_FILE], "persistent_topk")
+    assert [n for _, n in schema] == ["logits", "lengths", "output", "workspace", "k", "max_seq_len"]
+
+    logits = torch.zeros(2 * 3, 10)
+    args = dk.decode_topk_args(torch, logits, batch=2, ctx=10, next_n=3, topk=4)
+    assert _matches(args, schema)
+    got_logits, lens, out, workspace, k, width = args
+    assert got_logits is logits and (k, width) == (4, 10)
+    # topk.cu's checks: int32 contiguous lengths, one a row; an int32 [rows, k] output; a uint8 workspace
+    assert lens.dtype == torch.int32 and lens.is_contiguous() and lens.tolist() == [[8, 9, 10], [8, 9, 10]]
+    assert out.dtype == torch.int32 and tuple(out.shape) == (6, 4)
+    assert workspace.dtype == torch.uint8 and workspace.numel() == 1024 * 1024
+
+
+def test_prefill_topk_args_are_what_the_indexer_hands_top_k_per_row_prefill(release_source):
+    import ast
+
+    import torch
+
+    assert _call_args(release_source[INDEXER_FILE], "top_k_per_row_prefill") == [
+        "logits", "cu_seqlen_ks", "cu_seqlen_ke", "topk_indices", "num_rows", "logits.stride(0)", "logits.stride(1)",
+        "topk_tokens",
+    ]  # fmt: skip
+    wrapper = next(
+        n for n in ast.parse(release_source[CUSTOM_OPS_FILE]).body
+        if isinstance(n, ast.FunctionDef) and n.name == "top_k_per_row_prefill"
+    )  # fmt: skip
+    params = [a.arg for a in wrapper.args.args]
+    schema = _schema(release_source[BINDINGS_FILE], "top_k_per_row_prefill")
+    assert len(params) == len(schema) == 8
+
+    logits = torch.zeros(2, 5)
+    args = dk.prefill_topk_args(torch, logits, keys=5, topk=3)
+    assert _matches(args, schema)
+    got_logits, starts, ends, out, rows, s0, s1, k = args
+    assert got_logits is logits and (rows, s0, s1, k) == (2, 5, 1, 3)
+    # sampler.cu reads the row bounds and writes the indices as int
+    assert starts.dtype == ends.dtype == out.dtype == torch.int32
+    assert starts.tolist() == [0, 0] and ends.tolist() == [4, 5] and tuple(out.shape) == (2, 3)
+
+
+def test_the_indexer_stand_in_self_has_what_the_releases_forward_reads(release_source):
+    import ast
+
+    indexer = next(
+        n for n in ast.parse(release_source[DSV2_FILE]).body if isinstance(n, ast.ClassDef) and n.name == "Indexer"
+    )
+    methods = {n.name: n for n in indexer.body if isinstance(n, ast.FunctionDef)}
+    read = {
+        n.attr for n in ast.walk(methods["forward"])
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }  # fmt: skip
+    me = dk.indexer_forward_self("q", "kw", "norm", "op", heads=32)
+    assert read <= set(vars(me)), read - set(vars(me))
+    assert me.use_fused_indexer_q is False and me.wq_b(None) == ("q", None) and me.wk_weights_proj(0) == ("kw", None)
+    # the constants __init__ sets, as the release sets them (head_dim 128, rope 64, "ue8m0", 128-wide quant blocks)
+    consts = {}
+    for n in ast.walk(methods["__init__"]):
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Attribute) and n.targets[0].attr in read:
+            try:
+                consts[n.targets[0].attr] = ast.literal_eval(n.value)
+            except ValueError:
+                continue
+    assert consts == {"scale_fmt": "ue8m0", "quant_block_size": 128}
+    assert (me.scale_fmt, me.quant_block_size, me.head_dim, me.rope_dim) == ("ue8m0", 128, 128, 64)
+    assert me.softmax_scale == 128**-0.5 and me.n_head_scale == 32**-0.5
+
+
+#: the sparse-MLA prefill section on the composed kernel in Triton's interpreter at a small shape (20 heads, 3 rows,
+#: top-k 64 over 300 slots), timed once by the wall clock; the kernel's output is kept for the test
+PREFILL_SCRIPT = """
+import json, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[3] + "/tests", sys.argv[3] + "/benchmarks", sys.argv[3] + "/lab/device"]
+import dsa_kernels_interpreted as di
+import dsa_kernels as dk
+from kernel_offsets import install_vllm_shim
+import torch
+di._widen_bf16_dot_operands(); di._scalar_loop_bounds()
+mods = install_vllm_shim(Path(sys.argv[1]))
+di._first_config_only(mods["triton_mla_sparse_kernel"])
+mods["triton_mla_sparse_kernel"].num_compute_units = lambda index=0: 132
+dk.MLA_PREFILL, dk.MLA_PREFILL_ROWS, dk.TOPK, dk.MLA_SLOTS = [("t", 20)], [3], 64, 300
+rows, outs = [], []
+def bench(fn):
+    return dk.wall_ms(lambda: outs.append(fn()))
+dk.time_mla_prefill(mods, rows.append, bench, torch, "cpu")
+rows[0]["out"] = {"shape": list(outs[0].shape), "finite": bool(torch.isfinite(outs[0].float()).all()),
+                  "max_abs": float(outs[0].float().abs().max())}
+Path(sys.argv[2]).write_text(json.dumps(rows))
+"""
+
+
+def test_the_sparse_mla_prefill_section_runs_the_kernel_and_writes_its_row(tmp_path):
+    import os
+    import subprocess
+
+    pytest.importorskip("triton", reason="the kernel runs in Triton's interpreter")
+    from dsa_kernels_interpreted import kernel_tree
+
+    from vllm_compose.patchfile import parse_patch
+
+    # the composed kernel: the pre-image of the candidate's whole-file hunk (tests/lab/test_candidate_sparse_mla.py
+    # checks it against the compose's file where a composed tree is at hand)
+    candidate = ROOT / "lab/candidates/perf-sparse-mla-decode-all-heads.patch"
+    ((hunk,),) = [fp.hunks for fp in parse_patch(candidate.read_bytes(), candidate.name).files]
+    tree = kernel_tree(tmp_path / "tree", triton_mla_sparse_kernel="\n".join(hunk.pre_image) + "\n")
+    out = tmp_path / "rows.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-c", PREFILL_SCRIPT, str(tree), str(out), str(ROOT)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())
+    assert (row["kernel"], row["shape"]) == ("sparse MLA prefill", "t 20h top-k 64 rows 3")
+    assert row["bytes"] == 3 * 64 * (576 * 2 + 4) + 3 * 20 * (576 + 512) * 2
+    assert row["flops"] == 2 * 3 * 20 * 64 * 1_088
+    assert row["ms"] > 0 and row["share_of_flops_peak"] == row["flops"] / (row["ms"] * 1e-3) / 989e12
+    assert row["out"]["shape"] == [3, 20, 512] and row["out"]["finite"] and row["out"]["max_abs"] > 0.01
