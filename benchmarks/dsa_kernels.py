@@ -11,7 +11,8 @@ once, outputs written once) and that as a share of `--peak-gbs` (H200: 4,800 GB/
 Each `--tree` is timed on the same inputs in the same run, its rows labelled `tree` (the folder's name), so a series
 entry's before and after are one ratio. The paged logits of every tree after the first also record how far their
 logits are from the first tree's (`vs_first_tree`: masks equal, max |difference|). `--paged-blocks-per-prog 1,2,4`
-times a tree whose kernel has `_PAGED_BLOCKS_PER_PROG` (series entry 0040) at each value, labelled `tree@bppN`.
+times a tree whose kernel has `_PAGED_BLOCKS_PER_PROG` (series entry 0040) at each value, labelled `tree@bppN` (and
+sets entry 0041's per-next_n choice aside, so the value holds at every shape); without it a tree runs its own choice.
 Likewise `--mla-max-block-h 16,32,64` times a sparse-MLA kernel that has `_MAX_BLOCK_H` (heads a program; the candidate
 in lab/candidates/) at each value, labelled `tree@bhN`. The sparse-MLA rows record each tree's largest |difference|
 from the first tree's output (`vs_first_tree`) and the autotuned kernels' chosen config and, where a row's call
@@ -189,7 +190,10 @@ def main() -> int:
                 first = None
                 for tree, mod, bpp in swept(trees, "mqa_logits_triton", "_PAGED_BLOCKS_PER_PROG", bpps, "bpp"):
                     if bpp is not None:
+                        # the swept value everywhere: entry 0041's per-next_n choice would override it
                         mod._PAGED_BLOCKS_PER_PROG = bpp
+                        if hasattr(mod, "_PAGED_BLOCKS_PER_PROG_BY_NEXT_N"):
+                            mod._PAGED_BLOCKS_PER_PROG_BY_NEXT_N = {}
                     run = functools.partial(
                         mod.fp8_paged_mqa_logits_triton, q, kv, w, lens, tables, max_model_len=ctx, clean_logits=False
                     )

@@ -11,6 +11,10 @@ contexts 37 and 50, not block-aligned, scattered blocks on a padded page, a swap
 every E4M3FN code through the kernel as keys and as queries (a stale block-table entry past one request's context
 pointing outside the cache), and the decoder alone over all 256 codes.
 
+Entry perf-paged-mqa-logits-four-blocks-mtp-rows (0041) on top: its launcher's choice of blocks a program (four for
+next_n 2 from a 32,768-key width, two otherwise) with the Triton kernel replaced by a recorder, and the interpreted
+paged case with four blocks a program (its length threshold set to 0) against the oracle.
+
 With `VLLM_COMPOSE_TEST_TREES` the same fp8-code checks run on the composed v0.26.0 and v0.33.0 trees (the oracle
 comparison of those trees is tests/tool/test_dsa_oracle.py's). Interpreter times say nothing about GPU speed:
 benchmarks/dsa_kernels.py times the kernel on a GPU.
@@ -138,3 +142,90 @@ def test_a_planted_decoder_fault_is_caught(tmp_path):
     run = interpret(tree, tmp_path / "run.pt")
     with pytest.raises(AssertionError, match=r"by_key: codes \['0x1', '0x3'"):
         check_codes(run)
+
+
+# --- series entry perf-paged-mqa-logits-four-blocks-mtp-rows (0041): four blocks a program for two MTP rows -------
+
+ENTRY_0041 = "perf-paged-mqa-logits-four-blocks-mtp-rows"
+
+
+def with_0041(tmp: Path, wide_min_len: int | None = None) -> Path:
+    """`patch_head`'s tree with entry 0041's hunks applied on top (each hunk's pre-image found once in 0040's
+    post-image); `wide_min_len` replaces the context length from which the launcher takes 0041's blocks."""
+    tree = patch_head(tmp)
+    path = tree / LOGITS_FILE
+    text = path.read_text()
+    entry = next(e for e in load_series(REPO / "series").entries if e.id == ENTRY_0041)
+    (fp,) = parse_patch(entry.file.read_bytes(), entry.file.name).files
+    assert fp.path == LOGITS_FILE
+    for hunk in fp.hunks:
+        old, new = "\n".join(hunk.pre_image) + "\n", "\n".join(hunk.post_image) + "\n"
+        assert text.count(old) == 1, hunk.header
+        text = text.replace(old, new)
+    if wide_min_len is not None:
+        assert text.count("_PAGED_WIDE_MIN_LEN = 32768\n") == 1
+        text = text.replace("_PAGED_WIDE_MIN_LEN = 32768\n", f"_PAGED_WIDE_MIN_LEN = {wide_min_len}\n")
+    path.write_text(text)
+    return tree
+
+
+#: (next_n, the logits' width) -> the blocks a program 0041's launcher must take
+CHOICES = {(1, 32767): 2, (1, 32768): 2, (2, 32767): 2, (2, 32768): 4, (2, 131072): 4, (3, 32768): 2, (4, 131072): 2}
+
+LAUNCHES = """
+import importlib.util, json, sys
+import torch
+spec = importlib.util.spec_from_file_location("kernel_offsets", sys.argv[1])
+ko = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ko)
+mod = ko.install_vllm_shim(__import__("pathlib").Path(sys.argv[2]))["mqa_logits_triton"]
+seen = []
+
+class Kernel:  # stands in for the Triton kernel: records the launch, computes nothing
+    def __getitem__(self, grid):
+        return lambda *args, **kw: seen.append([list(grid), kw["BLOCKS_PER_PROG"]])
+
+mod._fp8_paged_mqa_logits_kernel = Kernel()
+for next_n, width in json.loads(sys.argv[3]):
+    q = torch.zeros(1, next_n, 4, 128, dtype=torch.float8_e4m3fn)
+    cache = torch.zeros(4, 64, 1, 132, dtype=torch.uint8)
+    mod.fp8_paged_mqa_logits_triton(q, cache, torch.zeros(next_n, 4), torch.tensor([100], dtype=torch.int32),
+                                    torch.zeros(1, 2048, dtype=torch.int32), max_model_len=width, clean_logits=False)
+print(json.dumps(seen))
+"""
+
+
+def test_0041_takes_four_blocks_for_next_n_2_from_32k_and_two_otherwise(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    tree = with_0041(tmp_path / "tree")
+    cases = sorted(CHOICES)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LAUNCHES,
+            str(REPO / "lab" / "device" / "kernel_offsets.py"),
+            str(tree),
+            json.dumps(cases),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = {case: bpp for case, (_grid, bpp) in zip(cases, seen, strict=True)}
+    assert got == CHOICES
+    # the grid covers the block table's 2,048 blocks with that many blocks a program
+    assert [grid for grid, _ in seen] == [[1, 2048 // CHOICES[c]] for c in cases]
+
+
+def test_0041_four_blocks_for_two_mtp_rows_match_the_oracle_and_a_swapped_block_fails(tmp_path):
+    # the interpreted case has 2 requests x next_n 2 over 37 and 50 keys: with the length threshold at 0 the
+    # launcher takes four 16-token blocks a program, the whole of each request's table in one tile
+    run = interpret(with_0041(tmp_path / "tree", wide_min_len=0), tmp_path / "run.pt")
+    test_the_patched_kernel_matches_the_oracle_and_a_swapped_block_fails(run)
+    check_codes(run)
