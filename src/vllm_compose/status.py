@@ -72,6 +72,8 @@ def release_statuses(
     for tag in tags:
         result = compose.Composer(series_dir, repo_dir, cache, options).run(tag)
         row = ReleaseStatus(result, gpu=gpu.get(str(version_of_tag(tag))))
+        if row.gpu is not None and result.status is ComposeStatus.COMPOSED:
+            row.gpu.current_sources = dsa_file_hashes(repo_dir, result.branch)
         if not run_ampere_gate or unavailable:
             row.gate = row.stock_gate = unavailable or "--no-ampere-gate"
         else:
@@ -86,6 +88,23 @@ def release_statuses(
         if composed is not None:
             composed(tag, result)
     return rows
+
+
+def dsa_file_hashes(repo_dir: Path, branch: str) -> dict[str, str]:
+    """The compose branch's DSA files as `recall_run.dsa_sources` fingerprints an installed tree (module -> sha256,
+    first 16 hex digits, or "not found"), so that a GPU result says whether it ran this compose."""
+    import hashlib
+
+    from . import gitstore
+    from .trees import GitTree
+    from .validation.recall_run import DSA_MODULES
+
+    tree = GitTree.from_revision(gitstore.open_or_init_repo(repo_dir, create=False), branch)
+    out = {}
+    for module in DSA_MODULES:
+        data = tree.read(module.replace(".", "/") + ".py")
+        out[module] = hashlib.sha256(data).hexdigest()[:16] if data is not None else "not found"
+    return out
 
 
 def write_marked_section(path: Path, body: str, begin: str = BEGIN, end: str = END) -> None:

@@ -128,8 +128,31 @@ def test_recall_suites_join_the_cell_with_their_faults_contexts_and_offsets(tmp_
     cell = collect_gpu_evidence(tmp_path)["0.26.0"].summary()
     assert cell == (
         "recall model at GLM-5's per-layer shape: as predicted: eager (2 of 2 faults caught), graphs+MTP2 "
-        "(contexts to 131,072, KV offsets past 2**31); FAILED: graphs+Inductor (RuntimeError: boom)"
+        "(contexts to 131,072, KV offsets past 2**31); FAILED: graphs+Inductor (RuntimeError: boom) "
+        "[2026-12-02; DSA files: not recorded]"
     )
+
+
+def test_recall_cell_says_whether_each_run_imported_this_composes_dsa_files(tmp_path):
+    """A result records the DSA files it imported (`dsa_sources`); the status knows the current compose's: the cell
+    says which runs were of this compose, which of an earlier one, and which did not record it."""
+    from vllm_compose.validation.gpu_evidence import tree_provenance
+
+    current = {"vllm.a": "1111", "vllm.b": "2222"}
+    _recall(tmp_path, "2026-12-03", "a.json", "eager", True, version="0.33.0")
+    _recall(tmp_path, "2026-12-03", "b.json", "mtp1", True, version="0.33.0", mtp=1)
+    _recall(tmp_path, "2026-12-03", "c.json", "mtp2", True, version="0.33.0", mtp=2)
+    for name, sources in (("a.json", current), ("b.json", {**current, "vllm.b": "3333"})):
+        path = tmp_path / "2026-12-03" / "recall" / name
+        path.write_text(json.dumps({**json.loads(path.read_text()), "dsa_sources": sources}))
+    ev = collect_gpu_evidence(tmp_path)["0.33.0"]
+    ev.current_sources = current
+    assert ev.summary().endswith(
+        "[2026-12-03; DSA files: an earlier compose's (mtp1); not recorded (mtp2); this compose's (eager)]"
+    )
+    only_current = [o for o in ev.recall.values() if o.label == "eager"]
+    assert tree_provenance(only_current, current) == "DSA files: this compose's"
+    assert tree_provenance(only_current, None) == "DSA files: recorded, not compared"
 
 
 def test_recall_suites_with_the_oracle_say_how_many_layer_checks_agreed(tmp_path):

@@ -69,3 +69,27 @@ def test_a_gate_whose_impl_lacks_a_method_the_path_calls_fails_and_names_it():
     assert not gate.ok
     table = render_status([ReleaseStatus(_compose("v0.33.0"), gate=gate, stock_gate=_gate())])
     assert "FAIL (1: impl.record_logical_topk_ready() missing); stock: pass" in table
+
+
+def test_dsa_file_hashes_fingerprint_the_branch_as_recall_runs_fingerprint_an_install(tmp_path):
+    import hashlib
+    import subprocess
+
+    from vllm_compose.status import dsa_file_hashes
+    from vllm_compose.validation.recall_run import DSA_MODULES
+
+    repo = tmp_path / "vllm"
+    ops = repo / "vllm" / "v1" / "attention" / "ops"
+    ops.mkdir(parents=True)
+    text = b"# the paged logits\n"
+    (ops / "mqa_logits_triton.py").write_bytes(text)
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q", "-b", "compose-x")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    got = dsa_file_hashes(repo, "compose-x")
+    assert set(got) == set(DSA_MODULES)
+    assert got["vllm.v1.attention.ops.mqa_logits_triton"] == hashlib.sha256(text).hexdigest()[:16]
+    assert [m for m, h in got.items() if h == "not found"] == [
+        m for m in DSA_MODULES if m != "vllm.v1.attention.ops.mqa_logits_triton"
+    ]

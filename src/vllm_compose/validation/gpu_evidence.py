@@ -46,6 +46,9 @@ class ReleaseEvidence:
     runs: int = 0
     #: recall-model suites (`recall_run`), label -> the latest result's outcome
     recall: dict[str, RecallOutcome] = field(default_factory=dict)
+    #: the current compose's DSA files (`recall_run.DSA_MODULES` -> sha256, first 16 hex digits), set by whoever
+    #: knows the branch (`status`): the recall cell then says whether each run's tree was this compose's
+    current_sources: dict[str, str] | None = None
 
     def summary(self) -> str:
         """One table cell: the configurations, the forced capability and the sessions."""
@@ -61,7 +64,7 @@ class ReleaseEvidence:
         sessions = f"{len(self.sessions)} result folder" + ("" if len(self.sessions) == 1 else "s")
         text = f"{'; '.join(parts)} ({self.runs} runs, {forced or 'none forced'}; {sessions})" if self.runs else ""
         if self.recall:
-            text = (text + "; " if text else "") + recall_summary(self.recall)
+            text = (text + "; " if text else "") + recall_summary(self.recall, self.current_sources)
         return text
 
 
@@ -82,6 +85,8 @@ class RecallOutcome:
     #: suite ran without it
     oracle_checks: int = 0
     oracle_failed: int = 0
+    #: the DSA files the run imported (`recall_run.dsa_sources`); empty for results written before it was recorded
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 #: elements of one sparse-MLA KV token (kv_lora 512 + rope 64): the first free block's element offset after the
@@ -111,11 +116,32 @@ def _recall_outcome(data: dict, folder: str) -> RecallOutcome:
         folder,
         int(oracle.get("total", 0)),
         int(oracle.get("failed", 0)),
+        tuple(sorted((data.get("dsa_sources") or {}).items())),
     )
 
 
-def recall_summary(outcomes: dict[str, RecallOutcome]) -> str:
-    """The recall model's part of a GPU cell: configurations as predicted (faults caught), and failures."""
+def tree_provenance(outcomes: list[RecallOutcome], current: dict[str, str] | None) -> str:
+    """Which tree the runs imported, against the current compose's DSA files: "this compose's", "an earlier
+    compose's" (a file differs), "not recorded" (results from before `dsa_sources`), or a mix of them by suite."""
+
+    def one(o: RecallOutcome) -> str:
+        if not o.sources:
+            return "not recorded"
+        if current is None:
+            return "recorded, not compared"
+        return "this compose's" if dict(o.sources) == current else "an earlier compose's"
+
+    kinds: dict[str, list[str]] = {}
+    for o in outcomes:
+        kinds.setdefault(one(o), []).append(o.label)
+    if len(kinds) == 1:
+        return f"DSA files: {next(iter(kinds))}"
+    return "DSA files: " + "; ".join(f"{k} ({', '.join(sorted(v))})" for k, v in sorted(kinds.items()))
+
+
+def recall_summary(outcomes: dict[str, RecallOutcome], current: dict[str, str] | None = None) -> str:
+    """The recall model's part of a GPU cell: configurations as predicted (faults caught), and failures; the result
+    folders and whether the runs' DSA files were the current compose's (`tree_provenance`)."""
     ok = [o for o in outcomes.values() if o.passed]
     bad = [o for o in outcomes.values() if not o.passed]
     parts = []
@@ -131,7 +157,14 @@ def recall_summary(outcomes: dict[str, RecallOutcome]) -> str:
         parts.append(f"as predicted: {', '.join(sorted(items))} (contexts to {longest:,}{past})")
     for o in sorted(bad, key=lambda o: o.config):
         parts.append(f"FAILED: {o.config} ({o.error or 'a check did not hold'})")
-    return "recall model at GLM-5's per-layer shape: " + "; ".join(parts)
+    everything = list(outcomes.values())
+    folders = ", ".join(sorted({o.folder for o in everything if o.folder}))
+    where = (
+        f"[{folders}; {tree_provenance(everything, current)}]"
+        if folders
+        else f"[{tree_provenance(everything, current)}]"
+    )
+    return "recall model at GLM-5's per-layer shape: " + "; ".join(parts) + " " + where
 
 
 def _collect_recall(results_dir: Path, evidence: dict[str, ReleaseEvidence]) -> None:

@@ -77,6 +77,10 @@ DECODE_NEXT_N = (1, 2, 3)
 PREFILL_TOKENS = 37
 DECODE_REQUESTS = 3
 NUM_BLOCKS = 8
+#: the paged decode logits' width (the batch's longest context, as the compose's caller sizes it) of a second decode
+#: call: launchers that choose their tiling by it (series entry 0041: four KV blocks a program for next_n 2 from a
+#: 32,768 width) launch their long-context specialization there
+LONG_DECODE_WIDTH = 131072
 
 
 class DriverError(KernelGateError):
@@ -478,15 +482,16 @@ def _mqa_logits(rel: Release) -> None:
         rel.call(prefill, known, what="fp8_mqa_logits_triton")
         for next_n in DECODE_NEXT_N:
             b = DECODE_REQUESTS
-            known = {
-                "q": torch.zeros(b, next_n, h, d, dtype=fp8),
-                "kv_cache": torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 1, d + 4, dtype=torch.uint8),
-                "weights": torch.zeros(b * next_n, h, dtype=torch.float32),
-                "context_lens": torch.full((b, next_n), BLOCK_SIZE, dtype=torch.int32),
-                "block_tables": torch.zeros(b, NUM_BLOCKS, dtype=torch.int32),
-                "max_model_len": NUM_BLOCKS * BLOCK_SIZE,
-            }
-            rel.call(decode, known, what="fp8_paged_mqa_logits_triton")
+            for width in (NUM_BLOCKS * BLOCK_SIZE, LONG_DECODE_WIDTH):
+                known = {
+                    "q": torch.zeros(b, next_n, h, d, dtype=fp8),
+                    "kv_cache": torch.zeros(NUM_BLOCKS, BLOCK_SIZE, 1, d + 4, dtype=torch.uint8),
+                    "weights": torch.zeros(b * next_n, h, dtype=torch.float32),
+                    "context_lens": torch.full((b, next_n), BLOCK_SIZE, dtype=torch.int32),
+                    "block_tables": torch.zeros(b, NUM_BLOCKS, dtype=torch.int32),
+                    "max_model_len": width,
+                }
+                rel.call(decode, known, what="fp8_paged_mqa_logits_triton")
 
 
 def _indexer_decode_padding(rel: Release) -> None:
