@@ -10,7 +10,7 @@ The engine is ty (Astral's checker, Rust; ~10 s for the whole `vllm/` package on
 environment so tensor types resolve). A finding is (file, rule, message) without its line, compared as a multiset:
 the composed tree's surplus over the release's is new, so a line that merely moved is not. Each new finding is
 attributed by bisection over the compose branch's entry commits (the first commit whose tree has the surplus),
-ty running once per commit it needs (cached by tree id).
+ty running once per commit it needs (cached by tree id, in memory and under the cache folder: `_FindingsStore`).
 
 Accepted findings live in `series/semantic-baseline.toml`, each with the releases it holds for and a reason; a
 finding that matches is "accepted", never silently dropped.
@@ -18,6 +18,9 @@ finding that matches is "accepted", never silently dropped.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -26,7 +29,7 @@ import tempfile
 import time
 import tomllib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -90,9 +93,10 @@ class Finding:
 class SemanticReport:
     label: str
     findings: list[Finding] = field(default_factory=list)
-    #: ty runs made, and their seconds in all
+    #: ty runs made, and their seconds in all; trees whose diagnostics came from the cache folder instead
     runs: int = 0
     seconds: float = 0.0
+    cached: int = 0
     stock_diagnostics: int = 0
     composed_diagnostics: int = 0
 
@@ -108,7 +112,7 @@ class SemanticReport:
         out = [
             f"semantic check of {self.label} (ty): {self.composed_diagnostics} diagnostics vs the release's "
             f"{self.stock_diagnostics}; {len(self.findings)} new, {len(self.findings) - len(self.new)} accepted by "
-            f"the baseline; {self.runs} ty runs, {self.seconds:.1f} s"
+            f"the baseline; {self.runs} ty runs, {self.seconds:.1f} s, {self.cached} trees from the cache"
         ]
         for f in self.findings:
             state = f"accepted ({f.accepted})" if f.accepted else "NEW"
@@ -122,6 +126,7 @@ class SemanticReport:
             "stock_diagnostics": self.stock_diagnostics,
             "composed_diagnostics": self.composed_diagnostics,
             "ty_runs": self.runs,
+            "ty_cached": self.cached,
             "seconds": round(self.seconds, 1),
             "findings": [f.to_json() for f in self.findings],
         }
@@ -138,6 +143,47 @@ def ty_command() -> list[str]:
     raise SemanticUnavailable("semantic check unavailable: ty is not installed", hint="pip install -e '.[semantic]'")
 
 
+def ty_version() -> str:
+    """ty's `--version` line: part of the key its cached diagnostics are kept under."""
+    proc = subprocess.run([*ty_command(), "--version"], capture_output=True, text=True, timeout=60)
+    return proc.stdout.strip() or f"unknown (exit {proc.returncode})"
+
+
+def _env_dir(python_env: Path | None) -> Path:
+    """The environment ty resolves imports in: `python_env` (a venv or prefix), else this interpreter's."""
+    return Path(python_env).absolute() if python_env else Path(sys.prefix)
+
+
+class _FindingsStore:
+    """ty's diagnostics per tree id under `<root>/ty/<key>/<tree id>.json`, where the key hashes ty's version and
+    the environment imports resolve in (a new ty or another environment checks again). A tree's content is its id,
+    so its diagnostics under one key never change. Written to a temporary file in the folder and renamed, so a
+    reader never sees half a file; a file that does not parse is treated as missing and written again. A cache
+    folder that cannot be written only costs the next run its ty time: the check itself does not depend on it."""
+
+    def __init__(self, root: Path, ty: str, env: Path) -> None:
+        self.dir = Path(root) / "ty" / hashlib.sha256(f"{ty}\0{env}".encode()).hexdigest()[:16]
+
+    def get(self, tree_id: str) -> list[Diagnostic] | None:
+        try:
+            data = json.loads((self.dir / f"{tree_id}.json").read_text())
+            return [Diagnostic(**d) for d in data["diagnostics"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def put(self, tree_id: str, diagnostics: list[Diagnostic]) -> None:
+        tmp = None
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".incoming-{tree_id}.")
+            with os.fdopen(fd, "w") as out:
+                json.dump({"diagnostics": [asdict(d) for d in diagnostics]}, out)
+            os.replace(tmp, self.dir / f"{tree_id}.json")
+        except OSError:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+
+
 def parse_concise(text: str) -> list[Diagnostic]:
     """The diagnostics of ty's concise output (other lines, e.g. the summary, are ignored)."""
     out = []
@@ -151,7 +197,7 @@ def parse_concise(text: str) -> list[Diagnostic]:
 def run_ty(tree: Path, python_env: Path | None = None) -> list[Diagnostic]:
     """ty on the `vllm/` package of `tree`, resolving imports in `python_env` (a venv or prefix; default: this
     interpreter's). Raises ComposeError when ty itself fails (exit status 2 or more)."""
-    env_dir = Path(python_env).absolute() if python_env else Path(sys.prefix)
+    env_dir = _env_dir(python_env)
     cmd = [*ty_command(), "check", "--output-format", "concise", "--python", str(env_dir), "vllm"]
     proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=TY_TIMEOUT)
     if proc.returncode not in (0, 1):
@@ -237,12 +283,14 @@ def load_baseline(series_dir: Path) -> list[Accepted]:
 class _TreeRunner:
     """ty on commits of one repository, each tree exported once and checked once (cached by tree id)."""
 
-    def __init__(self, repo, python_env: Path | None) -> None:
+    def __init__(self, repo, python_env: Path | None, store: _FindingsStore | None = None) -> None:
         self.repo = repo
         self.python_env = python_env
+        self.store = store
         self.cache: dict[str, list[Diagnostic]] = {}
         self.counts: dict[str, Counter] = {}
         self.runs = 0
+        self.cached = 0
         self.seconds = 0.0
 
     def diagnostics(self, commit) -> list[Diagnostic]:
@@ -250,11 +298,18 @@ class _TreeRunner:
         from .validation.ampere_gate import export_tree
 
         key = str(commit.tree_id)
+        if key not in self.cache and self.store is not None:
+            found = self.store.get(key)
+            if found is not None:
+                self.cache[key] = found
+                self.cached += 1
         if key not in self.cache:
             start = time.monotonic()
             with tempfile.TemporaryDirectory(prefix="vllm-compose-semantic-") as tmp:
                 export_tree(GitTree(self.repo, commit.tree), Path(tmp))
                 self.cache[key] = run_ty(Path(tmp), self.python_env)
+            if self.store is not None:
+                self.store.put(key, self.cache[key])
             self.runs += 1
             self.seconds += time.monotonic() - start
         return self.cache[key]
@@ -307,7 +362,10 @@ def check_branch(repo_dir: Path, series_dir: Path, tag: str, python_env: Path | 
     base, tip = branch.base, branch.tip
     commits = branch.commits + ([tip] if tip.id != branch.head.id else [])  # the build-setup commit last
     baseline = load_baseline(series_dir)
-    runner = _TreeRunner(branch.repo, python_env)
+    from .cache import default_cache_root
+
+    store = _FindingsStore(default_cache_root(), ty_version(), _env_dir(python_env))
+    runner = _TreeRunner(branch.repo, python_env, store)
     stock = runner.diagnostics(base)
     composed = runner.diagnostics(tip) if commits else stock
     new = surplus(stock, composed)
@@ -316,5 +374,5 @@ def check_branch(repo_dir: Path, series_dir: Path, tag: str, python_env: Path | 
     for d in new:
         accepted = next((a.reason for a in baseline if a.matches(version, d)), None)
         report.findings.append(Finding(d, _entry_name(commits[where[d.key]]), accepted))
-    report.runs, report.seconds = runner.runs, runner.seconds
+    report.runs, report.seconds, report.cached = runner.runs, runner.seconds, runner.cached
     return report

@@ -62,6 +62,13 @@ def arrival(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def ty_cache(tmp_path_factory):
+    """A cache folder the module's semantic checks share: the trees of `arrival` are checked by ty once, the later
+    checks read their diagnostics from it (the baseline differs, not the trees)."""
+    return tmp_path_factory.mktemp("ty-cache")
+
+
 def _series(tmp_path: Path, baseline: str | None) -> Path:
     series = tmp_path / "series"
     shutil.copytree(REPO / "series", series)
@@ -75,8 +82,9 @@ def _series(tmp_path: Path, baseline: str | None) -> Path:
 @pytest.mark.sdist
 @pytest.mark.slow
 def test_the_renamed_method_and_the_unknown_keyword_are_new_findings_named_after_their_entries(
-    arrival, tmp_path, capsys
+    arrival, ty_cache, tmp_path, capsys, monkeypatch
 ):
+    monkeypatch.setenv("VLLM_COMPOSE_CACHE", str(ty_cache))
     series = _series(tmp_path, None)
     out = tmp_path / "semantic.json"
     rc = main(["semantic-check", "--onto", "v0.30.0", "--repo", str(arrival), "--series", str(series),
@@ -98,7 +106,10 @@ def test_the_renamed_method_and_the_unknown_keyword_are_new_findings_named_after
 
 @pytest.mark.sdist
 @pytest.mark.slow
-def test_a_baseline_entry_accepts_its_finding_with_its_reason_and_only_on_its_releases(arrival, tmp_path, capsys):
+def test_a_baseline_entry_accepts_its_finding_with_its_reason_and_only_on_its_releases(
+    arrival, ty_cache, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("VLLM_COMPOSE_CACHE", str(ty_cache))
     baseline = """
 [[accept]]
 file = "vllm/v1/worker/gpu/pp_utils.py"
@@ -175,3 +186,56 @@ def test_a_baseline_pattern_takes_brackets_literally_and_star_as_any_text():
     assert not exact.matches("0.30.0", d)  # outside its releases
     assert not Accepted("vllm/*.py", d.rule, "Return type*[str, Y]*", ">=0.26.0", "r").matches("0.26.0", d)
     assert not Accepted("vllm/v1/*", "other-rule", "*", ">=0.26.0", "r").matches("0.26.0", d)
+
+
+# --- the diagnostics cache (`_FindingsStore`): ty once per tree, ty version and environment ---------------------------
+
+
+def _one_commit_repo(tmp_path: Path):
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    index = pygit2.Index()
+    index.add(pygit2.IndexEntry("vllm/x.py", repo.create_blob(b"X = 1\n"), pygit2.GIT_FILEMODE_BLOB))
+    sig = pygit2.Signature("t", "t@example.invalid", 1_700_000_000, 0)
+    oid = repo.create_commit(None, sig, sig, "c", index.write_tree(repo), [])
+    return repo, repo[oid].peel(pygit2.Commit)
+
+
+def test_ty_runs_once_per_tree_and_version_and_a_damaged_file_is_checked_again(tmp_path, monkeypatch):
+    from vllm_compose import semantic
+
+    ran = []
+    found = [Diagnostic("vllm/x.py", 1, "error", "unresolved-attribute", "no `b`")]
+    monkeypatch.setattr(semantic, "run_ty", lambda tree, env=None: ran.append(tree) or list(found))
+    repo, commit = _one_commit_repo(tmp_path)
+    root = tmp_path / "cache"
+    store = semantic._FindingsStore(root, "ty 0.0.1", Path("/env"))
+
+    first = semantic._TreeRunner(repo, None, store)
+    assert first.diagnostics(commit) == found and (first.runs, first.cached) == (1, 0)
+    again = semantic._TreeRunner(repo, None, semantic._FindingsStore(root, "ty 0.0.1", Path("/env")))
+    assert again.diagnostics(commit) == found and (again.runs, again.cached) == (0, 1)
+    assert len(ran) == 1
+    # another ty, or another environment, checks again
+    for other in (("ty 0.0.2", Path("/env")), ("ty 0.0.1", Path("/other-env"))):
+        runner = semantic._TreeRunner(repo, None, semantic._FindingsStore(root, *other))
+        assert runner.diagnostics(commit) == found and runner.runs == 1
+    assert len(ran) == 3
+    # a damaged file is treated as missing, checked again and written whole
+    path = store.dir / f"{commit.tree_id}.json"
+    path.write_text('{"diagnostics": [{"file": "vllm/x.py"')
+    mended = semantic._TreeRunner(repo, None, store)
+    assert mended.diagnostics(commit) == found and mended.runs == 1
+    assert store.get(str(commit.tree_id)) == found
+    assert not [p for p in store.dir.iterdir() if p.name.startswith(".incoming-")]
+
+
+def test_a_cache_folder_that_cannot_be_written_does_not_fail_the_check(tmp_path, monkeypatch):
+    from vllm_compose import semantic
+
+    monkeypatch.setattr(semantic, "run_ty", lambda tree, env=None: [])
+    repo, commit = _one_commit_repo(tmp_path)
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder would be")
+    runner = semantic._TreeRunner(repo, None, semantic._FindingsStore(blocker, "ty", Path("/env")))
+    assert runner.diagnostics(commit) == [] and runner.runs == 1
+    assert blocker.read_text() == "a file where the cache folder would be"
