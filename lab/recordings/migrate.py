@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -42,6 +40,7 @@ def parse_value(text: str):
 
 def migrate(recording: Path, tree: Path, module: str, qualname: str, values: dict, because: str) -> int:
     """Rewrite `recording` in place; return how many records were carried over."""
+    from vllm_compose.atomicfile import write_atomically
     from vllm_compose.validation.kernel_gate import (
         ReleaseLoader,
         migrate_specialization,
@@ -74,14 +73,7 @@ def migrate(recording: Path, tree: Path, module: str, qualname: str, values: dic
     data.setdefault("migrations", []).append(
         {"kernel": f"{module}:{qualname}", "records": len(moved), "set": values, "because": because}
     )
-    fd, tmp = tempfile.mkstemp(dir=recording.parent, prefix=f".{recording.name}.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=1)
-        os.replace(tmp, recording)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(recording, json.dumps(data, indent=1))
     return len(moved)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -172,16 +171,14 @@ class _FindingsStore:
             return None
 
     def put(self, tree_id: str, diagnostics: list[Diagnostic]) -> None:
-        tmp = None
+        from .atomicfile import write_atomically
+
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".incoming-{tree_id}.")
-            with os.fdopen(fd, "w") as out:
-                json.dump({"diagnostics": [asdict(d) for d in diagnostics]}, out)
-            os.replace(tmp, self.dir / f"{tree_id}.json")
+            write_atomically(
+                self.dir / f"{tree_id}.json", json.dumps({"diagnostics": [asdict(d) for d in diagnostics]})
+            )
         except OSError:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
+            pass  # the next check runs ty again; this one's result does not depend on the cache
 
 
 def parse_concise(text: str) -> list[Diagnostic]:

@@ -93,17 +93,15 @@ def release_statuses(
 def dsa_file_hashes(repo_dir: Path, branch: str) -> dict[str, str]:
     """The compose branch's DSA files as `recall_run.dsa_sources` fingerprints an installed tree (module -> sha256,
     first 16 hex digits, or "not found"), so that a GPU result says whether it ran this compose."""
-    import hashlib
-
     from . import gitstore
     from .trees import GitTree
-    from .validation.recall_run import DSA_MODULES
+    from .validation.recall_run import DSA_MODULES, source_fingerprint
 
     tree = GitTree.from_revision(gitstore.open_or_init_repo(repo_dir, create=False), branch)
     out = {}
     for module in DSA_MODULES:
         data = tree.read(module.replace(".", "/") + ".py")
-        out[module] = hashlib.sha256(data).hexdigest()[:16] if data is not None else "not found"
+        out[module] = source_fingerprint(data) if data is not None else "not found"
     return out
 
 

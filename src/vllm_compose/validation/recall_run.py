@@ -285,10 +285,17 @@ DSA_MODULES = (
 )
 
 
+def source_fingerprint(data: bytes) -> str:
+    """A DSA module's fingerprint: the sha256 of its source, first 16 hex digits (`dsa_sources`, and the status's
+    fingerprint of a compose branch, compare these)."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 def dsa_sources(modules: tuple[str, ...] = DSA_MODULES) -> dict[str, str]:
     """sha256 (first 16 hex digits) of each DSA module's source file as the interpreter would import it, without
     importing it; 'not found' where the installed vLLM has no such module."""
-    import hashlib
     import importlib.util
 
     out = {}
@@ -299,7 +306,7 @@ def dsa_sources(modules: tuple[str, ...] = DSA_MODULES) -> dict[str, str]:
             spec = None
         origin = getattr(spec, "origin", None)
         if origin and Path(origin).is_file():
-            out[name] = hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16]
+            out[name] = source_fingerprint(Path(origin).read_bytes())
         else:
             out[name] = "not found"
     return out
