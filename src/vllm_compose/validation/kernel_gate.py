@@ -244,6 +244,17 @@ class ReleaseLoader:
                 fn = _unwrap(value)
                 if fn is not None:
                     self.resolve_kernel_globals(src_mod, fn)
+            elif self.executes_python and self._is_module(f"{src_mod}.{attr}"):
+                # `from vllm import envs`: the package's `__init__` loads but binds no such name, as Python's
+                # import system binds the submodule (a view: `vllm.envs` answers through its `__getattr__`)
+                ns[n] = _ModuleView(self, f"{src_mod}.{attr}")
+
+    def _is_module(self, name: str) -> bool:
+        try:
+            self.module_file(name)
+        except KernelGateError:
+            return False
+        return True
 
     def resolve_kernel_globals(self, module: str, jit_fn) -> None:
         names = {node.id for node in ast.walk(ast.parse(_dedent(jit_fn.src))) if isinstance(node, ast.Name)}

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .ampere_facts import BLOCK_SIZE, BY_CAPABILITY, CAPABILITIES, GPUS, KV_CACHE_DTYPE
+from .ampere_facts import BLOCK_SIZE, BY_CAPABILITY, CAPABILITIES, GPUS, KV_CACHE_DTYPE, LAUNCH_CONTRACT
 from .fake_platform import FakeCudaPlatform, PlatformProbeError, capture_launches, record_key
 from .kernel_gate import KernelGateError, ReleaseLoader
 
@@ -87,6 +87,14 @@ class DriverError(KernelGateError):
     """A driver cannot drive the release's code: its function is missing, or it takes a parameter unknown here."""
 
 
+class NotOnPath(Exception):
+    """Raised by a driver before it launches anything: the release lacks what it drives (said, not failed)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 # --- the release's code ------------------------------------------------------------------------------------------
 
 
@@ -131,6 +139,12 @@ class Release:
                 key=name,
                 hint="the release moved or renamed it: update the driver in kernel_launches.py",
             ) from exc
+
+    def has_method(self, module: str, cls: str, name: str) -> bool:
+        """Whether class `cls` of `module` defines method `name` (read from the source)."""
+        body = ast.parse(self.loader.module_file(module).read_text()).body
+        klass = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        return bool(klass) and any(isinstance(n, ast.FunctionDef) and n.name == name for n in klass.body)
 
     def method(self, module: str, cls: str, name: str) -> Callable:
         """Method `name` of class `cls` of `module`, defined alone in the module's namespace (the class itself may
@@ -729,6 +743,167 @@ def _tl_dtype(torch_dtype):
     return {"torch.bfloat16": tl.bfloat16, "torch.float16": tl.float16}[str(torch_dtype)]
 
 
+# --- JIT warm-up -------------------------------------------------------------------------------------------------
+#
+# From v0.30.0 layers register their Triton kernels for a start-up compile while the model is built
+# (`VllmJitKernel.register_warmup`, into the runner's `JitWarmupRegistry`); `kernel_warmup()` compiles every
+# registration before serving and re-raises a failure, so a warm-up variant that does not compile for sm_80/86 stops
+# the engine although no request would launch it. `enable_jit_warmup` is on by default (`--enforce-eager` turns it
+# off). The drivers below run the release's own registration statements under the release's own registry, then
+# compile each registration as `JitWarmupRegistry.warmup()` does: `get_warmup_keys`, then `compile_many`, which calls
+# the kernel's launcher with `_warming` set and `TritonWarmupTensor` inputs, so each compile goes through Triton's
+# binder and becomes a record like any launch.
+
+
+def _warmup_statements(rel: Release, module: str, cls: str, method: str) -> Callable[..., None] | None:
+    """The statements of `cls.method` that register JIT warm-ups (each outermost `if` whose condition reads
+    `enable_jit_warmup`), as one function of the method's locals they read, or None when there is none (releases
+    before v0.30.0). The function takes those locals as keyword parameters: the method's own parameters keep the
+    release's defaults; a local the method assigns earlier (`vllm_config = get_current_vllm_config()`) is required,
+    so a release whose registrations read a new local fails `Release.call` naming it."""
+    path = rel.loader.module_file(module)
+    body = ast.parse(path.read_text()).body
+    klass = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    fn = klass and next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    if fn is None:
+        raise DriverError(
+            f"{module}.{cls}.{method} is missing from {rel.label}, where the DSA path needs it",
+            tag=rel.label or None,
+            key=f"{cls}.{method}",
+            hint="the release moved or renamed it: update the driver in kernel_launches.py",
+        )
+    blocks = _warmup_blocks(fn.body)
+    if not blocks:
+        return None
+    args = fn.args
+    params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    read = {n.id for b in blocks for n in ast.walk(b) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    local = (set(params) | _bound_names(fn.body)) & (read - _bound_names(blocks))
+    positional = args.posonlyargs + args.args
+    with_default = positional[len(positional) - len(args.defaults) :]
+    defaults = {a.arg: d for a, d in zip(with_default, args.defaults, strict=True)}
+    defaults |= {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None}
+    names = sorted(local, key=lambda n: (n in defaults, n))  # required first, as Python wants them
+    signature = ast.arguments(
+        posonlyargs=[],
+        args=[],
+        kwonlyargs=[ast.arg(n) for n in names],
+        kw_defaults=[copy.deepcopy(defaults[n]) if n in defaults else None for n in names],
+        defaults=[],
+    )
+    name = f"{cls}_{method}_jit_warmup"
+    registrations = ast.FunctionDef(name=name, args=signature, body=copy.deepcopy(blocks), decorator_list=[])
+    code = compile(ast.fix_missing_locations(ast.Module([registrations], [])), str(path), "exec")
+    scratch: dict[str, Any] = {}
+    exec(code, rel.loader.namespace(module), scratch)  # noqa: S102 - the release's own code
+    out = scratch[name]
+    out.__qualname__ = f"{cls}.{method} (its JIT warm-up registrations)"
+    return out
+
+
+def _warmup_blocks(body: list[ast.stmt]) -> list[ast.If]:
+    """The outermost `if` statements of a function body whose condition reads `enable_jit_warmup`, in source order
+    (nested functions and classes aside: they run later, if at all)."""
+    blocks: list[ast.If] = []
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, ast.If) and "enable_jit_warmup" in ast.unparse(node.test):
+            blocks.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
+    return sorted(blocks, key=lambda n: n.lineno)
+
+
+def _bound_names(nodes) -> set[str]:
+    """The names the statements `nodes` bind: assignment targets and imports."""
+    names = set()
+    for node in nodes:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                names.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                names |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    return names
+
+
+@contextlib.contextmanager
+def _jit_warmup_registry(rel: Release, vllm_config: Stub) -> Iterator[None]:
+    """The release's `JitWarmupRegistry`, active in the block as the runner activates it around building the model
+    and binding the KV cache; on leaving, every registration made is compiled as `JitWarmupRegistry.warmup()`
+    compiles it at start-up (its progress bar and rank check aside: a registration without arguments gets the
+    config when its `get_warmup_keys` takes `vllm_config`; then `get_warmup_keys`, then `compile_many`)."""
+    registry_cls = rel.value("vllm.model_executor.warmup.jit_warmup", "JitWarmupRegistry")
+    registry = registry_cls(vllm_config)
+    with registry.activate():
+        yield
+    registrations = getattr(registry, "_registrations", None)
+    if not isinstance(registrations, dict):
+        raise DriverError(
+            f"the JitWarmupRegistry of {rel.label} keeps no `_registrations` mapping",
+            tag=rel.label or None,
+            key="JitWarmupRegistry._registrations",
+            hint="read how the release's JitWarmupRegistry.warmup() expands its registrations and update the driver",
+        )
+    for kernel, calls in registrations.items():
+        for args, kwargs in calls:
+            if not args and not kwargs and "vllm_config" in inspect.signature(kernel.get_warmup_keys).parameters:
+                kwargs = {"vllm_config": vllm_config}
+            kernel.compile_many(kernel.get_warmup_keys(*args, **kwargs))
+
+
+def _warmup_config() -> Stub:
+    """The part of `VllmConfig` the registrations read: JIT warm-up on, as it is by default and in every run that
+    captures CUDA graphs (only `--enforce-eager` turns it off)."""
+    return Stub(_what="VllmConfig", kernel_config=Stub(_what="KernelConfig", enable_jit_warmup=True))
+
+
+def _indexer_jit_warmup(rel: Release) -> None:
+    """`SparseAttnIndexer.__init__`'s warm-up registrations (v0.30.0+: the ragged-decode pack for the query dtype it
+    chooses, and the top-k unpack), run with the arguments the DSA models' indexer constructs it with (none of
+    `use_fp4_cache` & co: the release's defaults) and DCP off, then compiled as the start-up warm-up compiles them."""
+    mod = "vllm.model_executor.layers.sparse_attn_indexer"
+    register = _warmup_statements(rel, mod, "SparseAttnIndexer", "__init__")
+    if register is None:
+        raise NotOnPath("SparseAttnIndexer registers no JIT warm-up in this release (it has none before v0.30.0)")
+    cfg = _warmup_config()
+    dcp_size = LAUNCH_CONTRACT["dcp_world_size"][0]
+    indexer = Stub(_what="SparseAttnIndexer", dcp_world_size=dcp_size, dcp_rank=0, use_pcp=False)
+    with _jit_warmup_registry(rel, cfg):
+        rel.call(register, {"self": indexer, "vllm_config": cfg}, what="SparseAttnIndexer.__init__'s JIT warm-up")
+
+
+def _mla_jit_warmup(rel: Release) -> None:
+    """`MLAAttention`'s warm-up registrations with the sparse-MLA backend an sm_8x GPU runs (TRITON_MLA_SPARSE, its
+    name read from the release's backend class): those of `__init__` (metadata kernels, for the backends it lists)
+    and of `bind_kv_cache` (the index conversion, for flat KV caches). They register nothing for TRITON_MLA_SPARSE in
+    v0.30.0-v0.34.0; a release that adds it to their lists gets its warm-up derived here."""
+    torch = _torch()
+    mod = "vllm.model_executor.layers.attention.mla_attention"
+    register = _warmup_statements(rel, mod, "MLAAttention", "__init__")
+    if register is None:
+        raise NotOnPath("MLAAttention registers no JIT warm-up in this release (it has none before v0.30.0)")
+    backend_cls = rel.value("vllm.v1.attention.backends.mla.triton_mla_sparse", "TritonMLASparseBackend")
+    backend = Stub(_what="attn_backend", get_name=backend_cls.get_name)
+    bind = rel.method(mod, "MLAAttention", "bind_kv_cache")
+    cfg = _warmup_config()
+    for model, _tp in _cases():
+        layer = Stub(
+            _what="MLAAttention",
+            attn_backend=backend,
+            kv_cache_dtype=KV_CACHE_DTYPE,
+            _vllm_config=cfg,
+            use_pcp=False,
+        )
+        if rel.has_method(mod, "MLAAttention", "_uses_flat_kv_cache"):  # v0.31.0+: bind_kv_cache asks it
+            uses_flat = rel.method(mod, "MLAAttention", "_uses_flat_kv_cache")
+            layer._uses_flat_kv_cache = lambda layer=layer, uses_flat=uses_flat: uses_flat(layer)
+        width = model.kv_lora_rank + model.qk_rope_head_dim
+        with _jit_warmup_registry(rel, cfg):
+            rel.call(register, {"self": layer, "vllm_config": cfg}, what="MLAAttention.__init__'s JIT warm-up")
+            bind(layer, torch.zeros(NUM_BLOCKS, 1, BLOCK_SIZE, width, dtype=torch.bfloat16))
+
+
 @dataclass(frozen=True)
 class Driver:
     """One piece of the DSA path: the release code it calls, and the module whose presence puts it on the path."""
@@ -775,6 +950,17 @@ DRIVERS: tuple[Driver, ...] = (
     Driver("sparse_utils index conversion", _sparse_utils, "vllm.v1.attention.backends.mla.sparse_utils"),
     Driver("indexer metadata kernels", _indexer_metadata, "vllm.v1.attention.backends.mla.indexer"),
     Driver("fused_moe (bf16 experts)", _fused_moe, "vllm.model_executor.layers.fused_moe.fused_moe"),
+    Driver(
+        "indexer JIT warm-up (SparseAttnIndexer register_warmup)",
+        _indexer_jit_warmup,
+        "vllm.model_executor.layers.sparse_attn_indexer",
+    ),
+    Driver(
+        "MLA attention JIT warm-up (MLAAttention register_warmup)",
+        _mla_jit_warmup,
+        "vllm.v1.attention.backends.mla.triton_mla_sparse",
+        absent_means="not on this tree's path (PR #38476 not in it: no sparse-MLA backend runs on sm_8x)",
+    ),
 )
 
 
@@ -883,8 +1069,12 @@ def _drive(rel: Release, drivers, model_code: str, out: Derivation, seen: set[st
                 )
             out.outcomes.append(DriverOutcome(d.name, "not on path", reason=d.absent_means))
             continue
-        with capture_launches(capability) as records:
-            d.run(rel)
+        try:
+            with capture_launches(capability) as records:
+                d.run(rel)
+        except NotOnPath as absent:
+            out.outcomes.append(DriverOutcome(d.name, "not on path", reason=absent.reason))
+            continue
         for rec in records:
             k = record_key(rec)
             if k not in seen:
