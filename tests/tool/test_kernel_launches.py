@@ -20,6 +20,7 @@ fp8e4nv failure comes early). The derivation alone takes 2-8 s per capability.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -31,6 +32,7 @@ torch = pytest.importorskip("torch", reason="deriving launches runs the release'
 from release_trees import composed_tree, release_tree  # noqa: E402
 
 from vllm_compose import cli  # noqa: E402
+from vllm_compose.atomicfile import write_atomically  # noqa: E402
 from vllm_compose.validation import coverage_record  # noqa: E402
 from vllm_compose.validation.ampere_gate import RECORDINGS, gate_tree, recorded_coverage, render  # noqa: E402
 from vllm_compose.validation.gate_env import GATE_REQUIREMENTS, _pins  # noqa: E402
@@ -43,6 +45,7 @@ from vllm_compose.validation.kernel_launches import (  # noqa: E402
     Release,
     derive_launches,
     registry_module,
+    release_loader,
 )
 
 SERIES_PATCHES = Path(__file__).resolve().parents[2] / "series" / "patches"
@@ -239,6 +242,150 @@ def test_registry_lookup_reads_the_module_of_an_architecture(tree):
     assert registry_module(tree, "NoSuchForCausalLM") is None
 
 
+# --- JIT warm-up ---------------------------------------------------------------------------------------------------
+# A look-alike of v0.30.0+'s start-up warm-up: a registry the runner activates while the model is built, a kernel
+# owner whose `register_warmup` records into it and whose `compile_many` launches its kernel as a warm-up, and an
+# indexer whose `__init__` registers the pack for the query dtype it chooses (the release's fp8, unless FP4).
+
+JIT_WARMUP_MODULE = """\
+import contextlib
+import contextvars
+
+
+class JitWarmupRegistry:
+    _active = contextvars.ContextVar("active", default=None)
+
+    def __init__(self, vllm_config):
+        self.vllm_config = vllm_config
+        self._registrations = {}
+
+    @contextlib.contextmanager
+    def activate(self):
+        token = self._active.set(self)
+        try:
+            yield
+        finally:
+            self._active.reset(token)
+
+    @classmethod
+    def register(cls, kernel, *args, **kwargs):
+        registry = cls._active.get()
+        if registry is not None:
+            registry._registrations.setdefault(kernel, []).append((args, kwargs))
+"""
+
+PACK_MODULE = """\
+import torch
+
+from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+from vllm.triton_utils import tl, triton
+
+
+@triton.jit
+def pack_kernel(x_ptr, out_ptr, n, PAD_VALUE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=PAD_VALUE), mask=offs < n)
+
+
+class PackKernel:
+    def register_warmup(self, *args, **kwargs):
+        JitWarmupRegistry.register(self, *args, **kwargs)
+
+    def get_warmup_keys(self, *, dtype, pad_value):
+        return [(dtype, pad_value)]
+
+    def compile_many(self, keys):
+        for dtype, pad_value in keys:
+            x = torch.empty(64, dtype=dtype)
+            pack_kernel.warmup(x, x, 64, PAD_VALUE=pad_value, BLOCK=64, grid=(1,))
+
+
+PACK = PackKernel()
+"""
+
+INDEXER_MODULE = """\
+import torch
+
+from vllm.config import get_current_vllm_config
+from vllm.platforms import current_platform
+
+
+class SparseAttnIndexer:
+    def __init__(self, k_cache, topk_tokens, use_fp4_cache: bool = False):
+        vllm_config = get_current_vllm_config()
+        self.dcp_world_size = 1
+        if vllm_config.kernel_config.enable_jit_warmup:
+            from vllm.ops.pack import PACK
+
+            pack_dtype = torch.uint8 if use_fp4_cache else current_platform.fp8_dtype()
+            PACK.register_warmup(dtype=pack_dtype, pad_value=0 if use_fp4_cache else -float("inf"))
+"""
+
+#: the registration as a series entry makes it: the bytes the indexer launches on sm_8x, uint8 with pad 0
+UINT8_REGISTRATION = "PACK.register_warmup(dtype=torch.uint8, pad_value=0)"
+
+
+def _warmup_driver():
+    from vllm_compose.validation.kernel_launches import DRIVERS
+
+    return next(d for d in DRIVERS if d.name.startswith("indexer JIT warm-up"))
+
+
+@pytest.fixture
+def warmup_tree(tree):
+    (tree / "vllm" / "model_executor" / "warmup").mkdir(parents=True)
+    (tree / "vllm" / "model_executor" / "layers").mkdir(parents=True)
+    (tree / "vllm" / "model_executor" / "warmup" / "jit_warmup.py").write_text(JIT_WARMUP_MODULE)
+    (tree / "vllm" / "ops" / "pack.py").write_text(PACK_MODULE)
+    (tree / "vllm" / "model_executor" / "layers" / "sparse_attn_indexer.py").write_text(INDEXER_MODULE)
+    return tree
+
+
+def _set_indexer(tree, old: str, new: str) -> None:
+    path = tree / "vllm" / "model_executor" / "layers" / "sparse_attn_indexer.py"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_the_jit_warmup_of_an_fp8_pack_is_derived_and_fails_the_gate_until_it_registers_uint8(warmup_tree):
+    derived = derive_launches(warmup_tree, (8, 0), drivers=(_warmup_driver(),))
+    ((rec,),) = [derived.records]
+    assert (rec["module"], rec["qualname"]) == ("vllm.ops.pack", "pack_kernel")
+    assert rec["specialization"]["signature"]["x_ptr"] == "*fp8e4nv"
+    assert _constants(rec)[(3,)] == float("-inf")
+    (result,) = run_gate(derived.records, warmup_tree, targets=((80, 32),))
+    assert not result.ok and "fp8e4nv not supported" in result.error
+
+    _set_indexer(
+        warmup_tree,
+        'PACK.register_warmup(dtype=pack_dtype, pad_value=0 if use_fp4_cache else -float("inf"))',
+        UINT8_REGISTRATION,
+    )
+    fixed = derive_launches(warmup_tree, (8, 0), drivers=(_warmup_driver(),)).records
+    assert [r["specialization"]["signature"]["x_ptr"] for r in fixed] == ["*u8"]
+    assert [r.ok for r in run_gate(fixed, warmup_tree, targets=((80, 32),))] == [True]
+
+
+def test_a_release_without_jit_warmup_is_reported_not_on_path(warmup_tree):
+    _set_indexer(warmup_tree, "if vllm_config.kernel_config.enable_jit_warmup:", "if False:")
+    out = derive_launches(warmup_tree, (8, 0), drivers=(_warmup_driver(),))
+    assert out.records == []
+    assert [(o.status, o.reason) for o in out.outcomes] == [
+        ("not on path", "SparseAttnIndexer registers no JIT warm-up in this release (it has none before v0.30.0)")
+    ]
+
+
+def test_a_warmup_registration_reading_a_local_the_driver_does_not_know_is_an_error_naming_it(warmup_tree):
+    _set_indexer(
+        warmup_tree,
+        "            pack_dtype =",
+        "            PACK.register_warmup(dtype=torch.int32, pad_value=topk_tokens)\n            pack_dtype =",
+    )
+    with pytest.raises(DriverError, match="'topk_tokens'"):
+        derive_launches(warmup_tree, (8, 0), label="v9.9.9", drivers=(_warmup_driver(),))
+
+
 def test_cli_bad_input_exits_3(tmp_path, capsys):
     assert cli.main(["ampere-gate", "--tree", str(tmp_path)]) == 3
     assert "holds no vllm/" in capsys.readouterr().err
@@ -337,3 +484,64 @@ def test_the_series_kernel_fixes_alone_make_the_stock_failures_compile(stock_tre
     fused = {(k.qualname, k.target) for k in report.kernels if k.module.endswith("deepseek_v32.common.kernels")}
     assert {("_fused_q_kernel", 80), ("_fused_q_kernel", 86), ("_fused_norm_rope_kernel", 80)} <= fused
     assert any(k.module.endswith("ops.common") and "pack" in k.qualname.lower() for k in report.kernels)
+
+
+#: v0.30.0+'s registration in `SparseAttnIndexer.__init__` (the same text in v0.30.0-v0.34.0), and what the series
+#: makes of it: the uint8 pack with pad 0 that the indexer launches on sm_8x (entry 0030)
+RELEASE_WARMUP_PACK = """\
+            pack_dtype = torch.uint8 if use_fp4_cache else current_platform.fp8_dtype()
+            _PACK_SEQ_TRITON_KERNEL.register_warmup(
+                dtype=pack_dtype,
+                pad_value=0 if use_fp4_cache else -float("inf"),
+            )
+"""
+UINT8_WARMUP_PACK = """\
+            _PACK_SEQ_TRITON_KERNEL.register_warmup(dtype=torch.uint8, pad_value=0)
+"""
+
+
+def _linked_copy(tree: Path, dest: Path) -> Path:
+    """A copy of a release tree's vllm/ whose files are hard links: cheap, and safe to patch because every write
+    here replaces a file (`write_atomically`, as `apply_patches` writes) instead of writing into it."""
+    shutil.copytree(tree / "vllm", dest / "vllm", copy_function=os.link)
+    return dest
+
+
+@pytest.mark.sdist
+def test_stock_0_30_0_with_the_ragged_pack_fix_still_fails_on_the_jit_warmup_pack(tmp_path_factory, tmp_path):
+    """The runtime pack is uint8 on sm_8x (0030), yet the start-up warm-up still registers the fp8 pack with pad
+    -inf: the gate fails on that specialization alone, and passes once the registration is the uint8 pack."""
+    from vllm_compose.apply import apply_patches
+    from vllm_compose.patchfile import parse_patch
+    from vllm_compose.validation.kernel_launches import DRIVERS
+
+    tree = _linked_copy(release_tree(tmp_path_factory, "v0.30.0"), tmp_path / "tree")
+    (patch,) = SERIES_PATCHES.glob("0030-*.patch")
+    assert apply_patches(tree, [parse_patch(patch.read_bytes(), name=patch.name)]).exit_code == 0
+    drivers = tuple(d for d in DRIVERS if d.name.startswith(("indexer ragged-decode", "indexer JIT warm-up")))
+
+    def gate():
+        out = []
+        for cap, target in (((8, 0), (80, 32)), ((8, 6), (86, 32))):
+            records = derive_launches(tree, cap, label="stock v0.30.0 + 0030", drivers=drivers).records
+            loader = release_loader(tree, cap)  # the kernels are class attributes: they load where Python runs
+            try:
+                results = run_gate(records, tree, targets=(target,), loader=loader)
+            finally:
+                loader.close()
+            out += list(zip(records, results, strict=True))
+        return out
+
+    failed = [(rec, res) for rec, res in gate() if not res.ok]
+    assert [(res.qualname, res.target) for _, res in failed] == [
+        ("PackSeqTritonKernel.kernel", 80),
+        ("PackSeqTritonKernel.kernel", 86),
+    ]
+    assert all("fp8e4nv not supported" in res.error for _, res in failed)
+    assert {rec["specialization"]["signature"]["x_ptr"] for rec, _ in failed} == {"*fp8e4nv"}
+
+    indexer = tree / "vllm" / "model_executor" / "layers" / "sparse_attn_indexer.py"
+    text = indexer.read_text()
+    assert text.count(RELEASE_WARMUP_PACK) == 1
+    write_atomically(indexer, text.replace(RELEASE_WARMUP_PACK, UINT8_WARMUP_PACK))
+    assert [(res.qualname, res.target, res.error) for _, res in gate() if not res.ok] == []
