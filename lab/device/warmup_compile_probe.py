@@ -94,8 +94,9 @@ def compile_variant(kernel, pointer: str, pad, pad_is_uint8: bool, capability: i
     # TritonWarmupTensor(aligned=True).data_ptr() is 0: each pointer gets Triton's 16-byte divisibility attribute
     attrs = {(names.index(p),): [["tt.divisibility", 16]] for p in ("x_ptr", "out_ptr", "lengths_ptr")}
     try:
-        triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", capability, warp),
-                       options=OPTIONS)
+        triton.compile(
+            ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", capability, warp), options=OPTIONS
+        )
     except Exception as exc:  # every failure is the finding
         lines = [ln.strip() for ln in f"{type(exc).__name__}: {exc}".splitlines() if ln.strip()]
         return next((ln for ln in lines if "not supported" in ln), lines[0] if lines else type(exc).__name__)
