@@ -539,6 +539,8 @@ def test_stock_0_30_0_with_the_ragged_pack_fix_still_fails_on_the_jit_warmup_pac
     ]
     assert all("fp8e4nv not supported" in res.error for _, res in failed)
     assert {rec["specialization"]["signature"]["x_ptr"] for rec, _ in failed} == {"*fp8e4nv"}
+    # launched by the warm-up alone: the runtime pack is the uint8 one (a failure names its drivers)
+    assert [rec["drivers"] for rec, _ in failed] == [[drivers[1].name]] * 2
 
     indexer = tree / "vllm" / "model_executor" / "layers" / "sparse_attn_indexer.py"
     text = indexer.read_text()

@@ -127,13 +127,18 @@ class AmpereGateReport:
 
 
 def _verdicts(records: list[dict[str, Any]], results: list[GateResult], target: int) -> list[KernelVerdict]:
-    per: dict[tuple[str, str], list[GateResult]] = {}
+    per: dict[tuple[str, str], list[tuple[dict[str, Any], GateResult]]] = {}
     for rec, res in zip(records, results, strict=True):
-        per.setdefault((rec["module"], rec["qualname"]), []).append(res)
+        per.setdefault((rec["module"], rec["qualname"]), []).append((rec, res))
     out = []
-    for (module, qualname), rs in per.items():
-        bad = [r for r in rs if not r.ok]
-        out.append(KernelVerdict(module, qualname, target, len(rs), len(bad), bad[0].error if bad else None))
+    for (module, qualname), pairs in per.items():
+        bad = [(rec, res) for rec, res in pairs if not res.ok]
+        reason = None
+        if bad:
+            # the drivers whose launches fail: "indexer JIT warm-up" says the engine stops at start-up
+            drivers = list(dict.fromkeys(name for rec, _ in bad for name in rec.get("drivers", ())))
+            reason = bad[0][1].error + (f" (launched by: {'; '.join(drivers)})" if drivers else "")
+        out.append(KernelVerdict(module, qualname, target, len(pairs), len(bad), reason))
     return out
 
 

@@ -1024,7 +1024,7 @@ def derive_launches(
     rel = Release(tree, tuple(capability), loader, label or str(tree))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
     out = Derivation(tuple(capability), model_code=model_code)
-    seen: set[str] = set()
+    seen: dict[str, dict[str, Any]] = {}
     try:
         _drive(rel, drivers, model_code, out, seen, label)
     finally:
@@ -1046,7 +1046,7 @@ def release_loader(tree: Path, capability: tuple[int, int]) -> ReleaseLoader:
     )
 
 
-def _drive(rel: Release, drivers, model_code: str, out: Derivation, seen: set[str], label: str) -> None:
+def _drive(rel: Release, drivers, model_code: str, out: Derivation, seen: dict[str, dict], label: str) -> None:
     capability = rel.capability
     for d in drivers:
         if d.model_code is not None and d.model_code != model_code:
@@ -1078,6 +1078,10 @@ def _drive(rel: Release, drivers, model_code: str, out: Derivation, seen: set[st
         for rec in records:
             k = record_key(rec)
             if k not in seen:
-                seen.add(k)
+                seen[k] = rec
                 out.records.append(rec)
+            # which drivers launched it: a failure names them (a start-up warm-up, not a request, may be the one)
+            drivers_of = seen[k].setdefault("drivers", [])
+            if d.name not in drivers_of:
+                drivers_of.append(d.name)
         out.outcomes.append(DriverOutcome(d.name, "ran", launches=len(records)))
