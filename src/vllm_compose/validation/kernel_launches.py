@@ -12,11 +12,14 @@ the launch (`fake_platform.capture_launches`). The record is the one lab/device/
 qualname, Triton's `specialization_data`), so `kernel_gate.run_gate` compiles either.
 
 What is driven is the DSA path on an Ampere GPU as the release's registry chooses it (`DRIVERS`, each naming the
-release code it calls). Outcomes per driver: `ran` (its launches recorded), `not on path` (the tree lacks the
-module, e.g. a stock tree without PR #38476's Triton fallbacks: said, not failed), or a typed `DriverError` (the
-release's function is missing where the registry puts it on the path, or asks for a parameter the driver does not
-know). Autotuned kernels are recorded once per config the autotuner would benchmark (after its pruning): on a GPU
-any of them may win, so every one must compile.
+release code it calls): what its requests launch, and what its layers register for the start-up JIT warm-up
+(v0.30.0+), which compiles before the first request and stops the engine when a compile fails. Outcomes per driver:
+`ran` (its launches recorded), `not on path` (the tree lacks the module or the code the driver drives, e.g. a stock
+tree without PR #38476's Triton fallbacks, or a release before the JIT warm-up: said, not failed), or a typed
+`DriverError` (the release's function is missing where the registry puts it on the path, or asks for a parameter
+the driver does not know). Autotuned kernels are recorded once per config the autotuner would benchmark (after its
+pruning): on a GPU any of them may win, so every one must compile. Each record names the drivers that launched it,
+so that a failure says whether a request or the start-up warm-up needs it.
 """
 
 from __future__ import annotations
