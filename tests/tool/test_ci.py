@@ -88,9 +88,15 @@ def test_find_new_releases_writes_github_output(tmp_path, monkeypatch, capsys) -
     assert out.read_text() == 'tags=["v0.26.1", "v0.27.0"]\n'
 
 
-def test_the_checked_in_record_names_a_composed_release() -> None:
-    composed = json.loads((ROOT / "ci" / "composed.json").read_text())["composed"]
-    assert composed and all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in composed)
+def test_the_checked_in_record_names_composed_releases_oldest_first_on_one_line() -> None:
+    """ci/composed.json reads as find_new_releases reads it, oldest first without repeats, on one line: adding the
+    next release once its compose is published is a one-line change."""
+    text = (ROOT / "ci" / "composed.json").read_text()
+    composed = find_new_releases.read_composed(ROOT / "ci" / "composed.json")
+    assert all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in composed)
+    versions = [find_new_releases.version_of_tag(t) for t in composed]
+    assert versions == sorted(set(versions)), composed
+    assert text.count("\n") == 1 and text.endswith("\n")
 
 
 def test_open_issue_dry_run(tmp_path, capsys) -> None:
@@ -249,3 +255,69 @@ def test_the_ci_entry_point_runs_the_readme_full_test_command() -> None:
     assert steps[-1] == full.group(1) == ".venv/bin/python -m pytest -q"
     fast = re.search(r"^    \.venv/bin/python -m pytest -q (tests/\w+)", readme, re.M)
     assert fast and (ROOT / fast.group(1)).is_dir()
+
+
+def test_ci_scripts_refuse_bad_input_with_a_clear_error(tmp_path, monkeypatch, capsys) -> None:
+    """A bad record, project JSON, tag, output folder or issue body, no token, an unreachable API: exit code 3, what
+    and where on stderr, no traceback, nothing printed or written."""
+    out = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    cases = {
+        "": "cannot read the record of composed releases",
+        "{": "the record of composed releases is not JSON",
+        '["v0.26.0"]': "has no list of tags under 'composed'",
+        '{"composed": []}': "lists no release",
+        '{"composed": ["v0.26"]}': "tag 'v0.26' does not name a release version",
+    }
+    for text, message in cases.items():
+        record = tmp_path / "composed.json"
+        record.unlink(missing_ok=True)
+        if text:
+            record.write_text(text)
+        pypi = tmp_path / "vllm.json"
+        pypi.write_text(json.dumps(FAKE_PYPI))
+        assert find_new_releases.main(["--composed", str(record), "--pypi-json", str(pypi)]) == 3, text
+        captured = capsys.readouterr()
+        assert message in captured.err and f"file {str(record)!r}" in captured.err and not captured.out, text
+    record.write_text('{"composed": ["v0.26.0"]}')
+    pypi.write_text('{"releases": []}')
+    assert find_new_releases.main(["--composed", str(record), "--pypi-json", str(pypi)]) == 3
+    assert "the project JSON has no 'releases' table" in capsys.readouterr().err
+    assert not out.exists()
+
+    assert compose_release.main(["v0.34", "--out", str(tmp_path / "out")]) == 3
+    assert "tag 'v0.34' does not name a release version" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "a-file").write_text("")
+    assert compose_release.main(["v0.34.0", "--out", str(tmp_path / "a-file")]) == 3
+    assert "cannot use the output folder" in capsys.readouterr().err
+
+    argv = ["--repo", "o/r", "--title", "T", "--body-file", str(tmp_path / "missing.md"), "--dry-run"]
+    assert open_issue.main(argv) == 3
+    assert "cannot read the issue body" in capsys.readouterr().err
+    (tmp_path / "body.md").write_text("conflicts")
+    argv = ["--repo", "o/r", "--title", "T", "--body-file", str(tmp_path / "body.md")]
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    assert open_issue.main(argv) == 3
+    assert "$GITHUB_TOKEN is not set" in capsys.readouterr().err
+    monkeypatch.setenv("GITHUB_TOKEN", "t")
+    assert open_issue.main(argv) == 3  # the socket guard: as if api.github.com were unreachable
+    captured = capsys.readouterr()
+    assert "cannot reach the GitHub API for GET https://api.github.com/repos/o/r/issues" in captured.err
+    assert not captured.out
+
+
+def test_compose_release_removes_what_an_earlier_run_left_for_the_tag(tmp_path, capsys) -> None:
+    """A compose that stops on bad input writes no report: a report, issue or wheel an earlier run left in --out
+    must not be taken for this run's (the workflow would publish them)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = [out / "report-v0.26.0.json", out / "issue-v0.26.0.md", out / "vllm-0.26.0+compose.101.gabc.whl"]
+    for path in stale:
+        path.write_text("{}")
+    other = out / "report-v0.27.0.json"
+    other.write_text("{}")
+    missing = tmp_path / "no-such-series"
+    assert compose_release.main(["v0.26.0", "--series", str(missing), "--repo", str(tmp_path), "--out", str(out)]) == 3
+    assert not any(p.exists() for p in stale) and other.exists()
+    assert "error" in capsys.readouterr().err
