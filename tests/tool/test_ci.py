@@ -257,6 +257,30 @@ def test_the_ci_entry_point_runs_the_readme_full_test_command() -> None:
     assert fast and (ROOT / fast.group(1)).is_dir()
 
 
+def test_ci_issue_lists_only_the_hunks_that_stopped_the_run() -> None:
+    """A dropped entry's conflicts (upstream's evolved form of it) are not in the issue: nothing to resolve there."""
+    from vllm_compose.report import render_ci_issue
+
+    def hunk(path: str, n: int, verdict: str) -> dict:
+        return {"file": path, "hunk": n, "verdict": verdict, "evidence": "why"}
+
+    report = {
+        "tag": "v9.0.0",
+        "status": "conflict",
+        "message": "stopped at entry 'pr2'",
+        "entries": [
+            {"id": "pr1", "status": "dropped-upstream", "hunks": [hunk("a.py", 1, "conflict")]},
+            {"id": "pr2", "status": "conflict", "hunks": [hunk("b.py", 1, "exact"), hunk("b.py", 2, "conflict")]},
+            {"id": "fix", "status": "not-reached", "hunks": []},
+        ],
+    }
+    body = render_ci_issue(report)
+    assert [line for line in body.splitlines() if line.startswith("- `")] == ["- `pr2`: `b.py` hunk 2 — why"]
+    assert "`vllm-compose rebase --onto v9.0.0` stops at `pr2`" in body
+    assert "`vllm-compose rebase --continue` records the resolution as a skew-fix entry for v9.0.0" in body
+    assert "add v9.0.0 there once its compose is published" in body
+
+
 def test_ci_scripts_refuse_bad_input_with_a_clear_error(tmp_path, monkeypatch, capsys) -> None:
     """A bad record, project JSON, tag, output folder or issue body, no token, an unreachable API: exit code 3, what
     and where on stderr, no traceback, nothing printed or written."""
