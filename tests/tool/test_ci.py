@@ -345,3 +345,125 @@ def test_compose_release_removes_what_an_earlier_run_left_for_the_tag(tmp_path, 
     assert compose_release.main(["v0.26.0", "--series", str(missing), "--repo", str(tmp_path), "--out", str(out)]) == 3
     assert not any(p.exists() for p in stale) and other.exists()
     assert "error" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the workflow's path on a real release, the day it appeared: tests/cases/ci-release/<tag>/
+#
+# One folder per such day: `index.json` (the package index's page for vllm as read that day, PEP 691 JSON, trimmed;
+# its `_recorded` says where and when), `composed.json` (ci/composed.json that day) and `expected.json` (the releases
+# find_new_releases prints, the compose's exit code, the entry it stops at and the hunks the issue must name).
+
+CI_RELEASE_CASES = sorted(p.name for p in (ROOT / "tests" / "cases" / "ci-release").iterdir() if p.is_dir())
+WORKFLOW = ROOT / ".github" / "workflows" / "compose-releases.yml"
+
+
+def _workflow_argv(script: str, tag: str) -> list[str]:
+    """The arguments compose-releases.yml passes `ci/<script>` in the matrix job for `tag`."""
+    import shlex
+
+    data = yaml.safe_load(WORKFLOW.read_text())
+    runs = [s["run"] for job in data["jobs"].values() for s in job["steps"] if f"ci/{script}" in s.get("run", "")]
+    assert len(runs) == 1, runs
+    argv = shlex.split(runs[0].replace("${{ matrix.tag }}", tag))
+    assert argv[:2] == ["python", f"ci/{script}"], argv
+    return argv[2:]
+
+
+def _series_of_the_day(series: Path, dest: Path, composed: list[str]) -> list[str]:
+    """Copy `series` to `dest` as it stood when `composed` were the composed releases: less the entries none of them
+    selects (the fixes written since for newer releases). Returns the ids left out."""
+    from vllm_compose.series import load_series
+    from vllm_compose.series_text import rewrite_series_text
+
+    shutil.copytree(series, dest)
+    loaded = load_series(dest)
+    selected = {e.id for tag in composed for e in loaded.entries_for(tag)}
+    later = tuple(e.id for e in loaded.entries if e.id not in selected)
+    toml = dest / "series.toml"
+    toml.write_text(rewrite_series_text(toml.read_text(), "", None, None, None, {}, retire=later))
+    load_series(dest)  # still a valid series
+    return list(later)
+
+
+def _real_sdist(tag: str, recorded_sha256: str) -> Path:
+    """Release `tag`'s sdist from the real cache, downloaded once from PyPI when it is not there (skips the calling
+    test when it cannot be); checked against the sha256 the recorded index lists."""
+    from release_trees import REAL_CACHE_ROOT
+
+    from vllm_compose.cache import Cache
+    from vllm_compose.errors import SourceError
+    from vllm_compose.releases import fetch_sdist
+    from vllm_compose.series import version_of_tag
+
+    cache = Cache(REAL_CACHE_ROOT)
+    try:
+        sdist = fetch_sdist(version_of_tag(tag), cache, offline=True)
+    except SourceError:
+        try:
+            sdist = fetch_sdist(version_of_tag(tag), cache)
+        except SourceError as exc:
+            pytest.skip(f"the {tag} sdist is not in the cache {cache.root} and PyPI is unreachable ({exc.message})")
+    assert sdist.sha256 == recorded_sha256, f"{sdist.filename}: the recorded index lists another file"
+    return sdist.path
+
+
+@pytest.mark.sdist
+@pytest.mark.parametrize("case", CI_RELEASE_CASES)
+def test_workflow_on_the_day_a_release_appeared(case: str, real_pr_diffs, tmp_path, monkeypatch, capsys, request):
+    """compose-releases.yml's path, run on the real release against the index page and the record of that day and
+    the series as it stood then: find_new_releases puts the release in the matrix, compose_release stops where the
+    case says and writes the issue body, and open_issue (dry run) opens the issue that names the hunks to resolve
+    and says how. The arguments are the workflow's own; everything runs offline but the one-time sdist download."""
+    folder = ROOT / "tests" / "cases" / "ci-release" / case
+    want = json.loads((folder / "expected.json").read_text())
+    page = (folder / "index.json").read_bytes()
+    (tag,) = want["new"]
+    recorded = {f["filename"]: f["hashes"]["sha256"] for f in json.loads(page)["files"]}
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    sdist_name = f"vllm-{tag.removeprefix('v')}.tar.gz"
+    (sources / sdist_name).symlink_to(_real_sdist(tag, recorded[sdist_name]))
+    for diff in real_pr_diffs:
+        (sources / diff.name).symlink_to(diff)
+    # from here on the package index is the recorded page (the package's one door to the network is faked)
+    fake_http = request.getfixturevalue("fake_http")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://pypi.org/simple")
+    fake_http.serve("https://pypi.org/simple/vllm/", page, "application/vnd.pypi.simple.v1+json")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "owner/vllm-compose")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "github_output"))
+    monkeypatch.chdir(tmp_path)  # the checkout: series/, the empty vllm/ submodule folder, ci-out/
+
+    # job `find`: the matrix
+    assert find_new_releases.main(["--composed", str(folder / "composed.json")]) == 0
+    assert capsys.readouterr().out.split() == want["new"]
+    assert (tmp_path / "github_output").read_text() == f"tags={json.dumps(want['new'])}\n"
+
+    # job `compose`, step `compose`: the series of that day onto the release
+    composed = json.loads((folder / "composed.json").read_text())["composed"]
+    left_out = _series_of_the_day(ROOT / "series", tmp_path / "series", composed)
+    (tmp_path / "vllm").mkdir()
+    rc = compose_release.main([*_workflow_argv("compose_release.py", tag), "--sources", str(sources)])
+    capsys.readouterr()
+    report = json.loads((tmp_path / "ci-out" / f"report-{tag}.json").read_text())
+    assert rc == want["exit"], f"{report['message']} (series without {left_out})"
+    stopped = [e for e in report["entries"] if e["status"] == "conflict"]
+    assert [e["id"] for e in stopped] == [want["stopped_at"]]
+    open_hunks = [(e["id"], h) for e in stopped for h in e["hunks"] if not h.get("resolved_by")]
+    to_resolve = [f"{eid}:{h['file']}#{h['hunk']}" for eid, h in open_hunks if h["verdict"] == "conflict"]
+    assert to_resolve == want["conflicts"]
+
+    # step 4 runs (the compose failed and wrote the issue body): open_issue, as a dry run
+    body_file = tmp_path / "ci-out" / f"issue-{tag}.md"
+    assert body_file.is_file()
+    assert open_issue.main([*_workflow_argv("open_issue.py", tag), "--dry-run"]) == 0
+    req = json.loads(capsys.readouterr().out)
+    assert req["method"] == "POST" and req["url"] == "https://api.github.com/repos/owner/vllm-compose/issues"
+    assert req["json"]["title"] == f"Compose onto {tag} needs a person"
+    body = req["json"]["body"]
+    assert body == body_file.read_text()
+    named = [re.match(r"- `(.+?)`: `(.+?)` hunk (\d+)", line) for line in body.splitlines() if line.startswith("- `")]
+    assert [f"{m[1]}:{m[2]}#{m[3]}" for m in named if m] == want["conflicts"] and len(named) == len(want["conflicts"])
+    assert f"`vllm-compose rebase --onto {tag}` stops at `{want['stopped_at']}`" in body
+    assert "`vllm-compose rebase --continue` records the resolution as a skew-fix entry" in body
+    assert f"add {tag} there once its compose is published" in body
