@@ -240,9 +240,10 @@ def _module_function(src, path: str, module: ast.Module, name: str) -> tuple[str
             None,
         )
         target = module_path(src, imported[0]) if imported is not None else None
-        if target is None:
+        got = src.module(target) if target is not None else None
+        if imported is None or target is None or got is None:
             return None
-        path, module, name = target, src.module(target)[0], imported[1]
+        path, module, name = target, got[0], imported[1]
     return None
 
 
@@ -267,17 +268,21 @@ def _buffer_map(src, path: str, module: ast.Module, init: ast.FunctionDef, forwa
         if not (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
-            and _is_self_attr(node.targets[0])
+            and isinstance(target := node.targets[0], ast.Attribute)
+            and _is_self_attr(target)
             and isinstance(node.value, ast.Call)
             and isinstance(node.value.func, ast.Name)
             and any(_is_topk_buffer(a) for a in _call_args(node.value))
         ):
             continue
         found = _module_function(src, path, module, node.value.func.id)
-        keys = tuple(sorted(_string_keys_stored(found[1]) - HIDDEN_KEYS)) if found is not None else ()
+        if found is None:
+            continue
+        builder_path, builder = found
+        keys = tuple(sorted(_string_keys_stored(builder) - HIDDEN_KEYS))
         if not keys:
             continue
-        attr = node.targets[0].attr
+        attr = target.attr
         declared = any(
             isinstance(n, ast.Assign)
             and any(_is_self_attr(t, "make_empty_intermediate_tensors") for t in n.targets)
@@ -301,7 +306,7 @@ def _buffer_map(src, path: str, module: ast.Module, init: ast.FunctionDef, forwa
             ),
             None,
         )
-        return BufferMap(attr, node.value.func.id, found[0], keys, copier, declared, sent)
+        return BufferMap(attr, node.value.func.id, builder_path, keys, copier, declared, sent)
     return None
 
 
