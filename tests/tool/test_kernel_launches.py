@@ -7,9 +7,10 @@ $VLLM_COMPOSE_TEST_TREES/c-vX.Y.Z (composing needs the PR diffs, which CI cannot
 to set; see release_trees.py).
 
 Composed v0.29.0+ pass because the series carries `deepseek_v32/common/e4m3.py` (0025) and its use in the fused
-kernels (0026/0027), and every compose because 0030 packs the indexer's ragged-decode fp8 Q as uint8; without them
-stock fails on exactly those kernels. Those entries need no PR diff, so CI applies them alone onto the stock sdists
-and gates the result.
+kernels (0026/0027), every compose because 0030 packs the indexer's ragged-decode fp8 Q as uint8, and v0.30.0+
+because 0043 makes the indexer's start-up JIT warm-up register that uint8 pack, not the fp8 one; without them stock
+fails on exactly those kernels. Those entries need no PR diff, so CI applies them alone onto the stock sdists and
+gates the result.
 
 Gate wall time (`vllm-compose ampere-gate`, both targets, 16-core CPU, Triton 3.6.0), measured 2026-12-01: composed
 v0.26.0 74 s with an empty Triton cache, 7.7 s warm; compose branch v0.30.0 from a compose repository 19 s (cache
@@ -32,7 +33,6 @@ torch = pytest.importorskip("torch", reason="deriving launches runs the release'
 from release_trees import composed_tree, release_tree  # noqa: E402
 
 from vllm_compose import cli  # noqa: E402
-from vllm_compose.atomicfile import write_atomically  # noqa: E402
 from vllm_compose.validation import coverage_record  # noqa: E402
 from vllm_compose.validation.ampere_gate import RECORDINGS, gate_tree, recorded_coverage, render  # noqa: E402
 from vllm_compose.validation.gate_env import GATE_REQUIREMENTS, _pins  # noqa: E402
@@ -457,13 +457,13 @@ def test_composed_0_29_on_passes(tag):
     _assert_as_recorded(report, tag, "composed")
 
 
-#: the series entries that fix stock kernels for sm_80/86, per release: the deepseek_v32 fused kernels (0025-0027)
-#: and the indexer's ragged-decode pack (0030). They need neither PR diff, so CI (which cannot fetch the diffs)
-#: applies them alone onto the stock sdist trees
+#: the series entries that fix stock kernels for sm_80/86, per release: the deepseek_v32 fused kernels (0025-0027),
+#: the indexer's ragged-decode pack (0030) and, from v0.30.0, the pack its JIT warm-up registers (0043). They need no
+#: PR diff, so CI (which cannot fetch the diffs) applies them alone onto the stock sdist trees
 STOCK_KERNEL_FIXES = {
     "v0.29.0": ("0025-", "0026-", "0030-"),
-    "v0.30.0": ("0025-", "0026-", "0030-"),
-    "v0.33.0": ("0025-", "0027-", "0030-"),
+    "v0.30.0": ("0025-", "0026-", "0030-", "0043-"),
+    "v0.33.0": ("0025-", "0027-", "0030-", "0043-"),
 }
 
 
@@ -476,7 +476,7 @@ def test_the_series_kernel_fixes_alone_make_the_stock_failures_compile(stock_tre
     tree = tmp_path / "tree"
     shutil.copytree(stock_trees[tag] / "vllm", tree / "vllm")
     files = sorted(p for p in SERIES_PATCHES.glob("*.patch") if p.name.startswith(STOCK_KERNEL_FIXES[tag]))
-    assert len(files) == 3
+    assert len(files) == len(STOCK_KERNEL_FIXES[tag])
     result = apply_patches(tree, [parse_patch(f.read_bytes(), name=f.name) for f in files])
     assert result.exit_code == 0
     report = gate_tree(tree, f"stock {tag} + {', '.join(f.name[:4] for f in files)}")
@@ -486,23 +486,9 @@ def test_the_series_kernel_fixes_alone_make_the_stock_failures_compile(stock_tre
     assert any(k.module.endswith("ops.common") and "pack" in k.qualname.lower() for k in report.kernels)
 
 
-#: v0.30.0+'s registration in `SparseAttnIndexer.__init__` (the same text in v0.30.0-v0.34.0), and what the series
-#: makes of it: the uint8 pack with pad 0 that the indexer launches on sm_8x (entry 0030)
-RELEASE_WARMUP_PACK = """\
-            pack_dtype = torch.uint8 if use_fp4_cache else current_platform.fp8_dtype()
-            _PACK_SEQ_TRITON_KERNEL.register_warmup(
-                dtype=pack_dtype,
-                pad_value=0 if use_fp4_cache else -float("inf"),
-            )
-"""
-UINT8_WARMUP_PACK = """\
-            _PACK_SEQ_TRITON_KERNEL.register_warmup(dtype=torch.uint8, pad_value=0)
-"""
-
-
 def _linked_copy(tree: Path, dest: Path) -> Path:
-    """A copy of a release tree's vllm/ whose files are hard links: cheap, and safe to patch because every write
-    here replaces a file (`write_atomically`, as `apply_patches` writes) instead of writing into it."""
+    """A copy of a release tree's vllm/ whose files are hard links: cheap, and safe to patch because `apply_patches`
+    replaces a file it changes (`write_atomically`) instead of writing into it."""
     shutil.copytree(tree / "vllm", dest / "vllm", copy_function=os.link)
     return dest
 
@@ -510,7 +496,7 @@ def _linked_copy(tree: Path, dest: Path) -> Path:
 @pytest.mark.sdist
 def test_stock_0_30_0_with_the_ragged_pack_fix_still_fails_on_the_jit_warmup_pack(tmp_path_factory, tmp_path):
     """The runtime pack is uint8 on sm_8x (0030), yet the start-up warm-up still registers the fp8 pack with pad
-    -inf: the gate fails on that specialization alone, and passes once the registration is the uint8 pack."""
+    -inf: the gate fails on that specialization alone, and passes once 0043 registers the uint8 pack."""
     from vllm_compose.apply import apply_patches
     from vllm_compose.patchfile import parse_patch
     from vllm_compose.validation.kernel_launches import DRIVERS
@@ -542,8 +528,6 @@ def test_stock_0_30_0_with_the_ragged_pack_fix_still_fails_on_the_jit_warmup_pac
     # launched by the warm-up alone: the runtime pack is the uint8 one (a failure names its drivers)
     assert [rec["drivers"] for rec, _ in failed] == [[drivers[1].name]] * 2
 
-    indexer = tree / "vllm" / "model_executor" / "layers" / "sparse_attn_indexer.py"
-    text = indexer.read_text()
-    assert text.count(RELEASE_WARMUP_PACK) == 1
-    write_atomically(indexer, text.replace(RELEASE_WARMUP_PACK, UINT8_WARMUP_PACK))
+    (warmup_fix,) = SERIES_PATCHES.glob("0043-*.patch")
+    assert apply_patches(tree, [parse_patch(warmup_fix.read_bytes(), name=warmup_fix.name)]).exit_code == 0
     assert [(res.qualname, res.target, res.error) for _, res in gate() if not res.ok] == []
