@@ -437,7 +437,10 @@ def _shared_sources(manifest: dict, folders: list[Path]) -> dict[str, tuple[Path
         with_ = manifest.get("shared_with") or {}
         raise StageError(
             f"{len(lost)} shared item(s) of {manifest['lock']} are not on this machine: "
-            + "; ".join(f"{i['name']} (sha256 {i['sha256'][:16]}..., {gaps.get(i['sha256'], 'in none')})" for i in lost)
+            + "; ".join(
+                f"{i['name']} (sha256 {i['sha256'][:16]}..., {gaps.get(i['sha256'], 'in none')})" for i in lost[:6]
+            )
+            + (f"; and {len(lost) - 6} more" if len(lost) > 6 else "")
             + f". They travel in {with_.get('lock', 'the payload built with --have')}: receive all its parts into "
             "their own VC_STAGE_DEST first and name that folder in VC_STAGE_SHARED (looked in: "
             + (", ".join(str(f) for f in folders) or "nothing, VC_STAGE_SHARED is unset")
@@ -709,6 +712,11 @@ def main(argv: list[str] | None = None) -> int:
                     if shared
                     else ""
                 )
+            )
+            room = CALL_BYTES - part_bytes - (args.out / "p1" / "manifest.json").stat().st_size
+            print(
+                f"a call carries one part and the repository's files: they must stay under {room} bytes "
+                f"(now {tree_bytes()})"
             )
         elif args.cmd == "receive":
             print(receive(args.n, REPO / args.source))
