@@ -2,7 +2,8 @@
 """Open, or update, the GitHub issue titled TITLE with the body in FILE (REST API, $GITHUB_TOKEN).
 
 An open issue with the same title is updated (one issue per release, not one per run). `--dry-run` prints the
-requests instead of sending them (tests; no token needed).
+requests instead of sending them (tests; no token needed). A body file that cannot be read, a missing token or an
+API that cannot be reached or refuses is an error (exit code 3) that says what to check; nothing is sent after it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import argparse
 import json
 import os
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from vllm_compose.errors import ComposeError
 
 API = "https://api.github.com"
 
@@ -32,6 +36,7 @@ def requests_for(repo: str, title: str, body: str, existing: int | None) -> list
 
 
 def _call(method: str, url: str, token: str, payload: dict | None = None):
+    """The API's JSON answer to one request. Raises `ComposeError` when the API cannot be reached or refuses."""
     data = json.dumps(payload).encode() if payload is not None else None
     req = urllib.request.Request(
         url,
@@ -43,8 +48,40 @@ def _call(method: str, url: str, token: str, payload: dict | None = None):
             "X-GitHub-Api-Version": "2022-11-28",
         },
     )
-    with urllib.request.urlopen(req, timeout=60) as response:  # noqa: S310 (api.github.com)
-        return json.load(response)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as response:  # noqa: S310 (api.github.com)
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        raise ComposeError(
+            f"the GitHub API answered {exc.code} {exc.reason} to {method} {url}",
+            hint="check that $GITHUB_TOKEN may write issues (the workflow's `permissions: issues: write`) and that "
+            "--repo names the repository",
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise ComposeError(
+            f"cannot reach the GitHub API for {method} {url}: {reason}",
+            hint="retry when the network is back; --dry-run prints the requests without sending them",
+        ) from None
+
+
+def open_or_update(repo: str, title: str, body: str, existing: int | None, token: str, dry_run: bool) -> list[str]:
+    """Send (or, with `dry_run`, only render) the requests that open or update the issue; the lines to print: the
+    requests as JSON, or the issue's address. Raises `ComposeError` as `_call` does."""
+    if existing is None and not dry_run:
+        if not token:
+            raise ComposeError("$GITHUB_TOKEN is not set", hint="run it from the workflow, or pass --dry-run")
+        query = urllib.parse.urlencode({"state": "open", "labels": "compose", "per_page": 100})
+        for issue in _call("GET", f"{API}/repos/{repo}/issues?{query}", token):
+            if issue.get("title") == title:
+                existing = issue["number"]
+    out = []
+    for req in requests_for(repo, title, body, existing):
+        if dry_run:
+            out.append(json.dumps(req, indent=2))
+        else:
+            out.append(_call(req["method"], req["url"], token, req["json"]).get("html_url", ""))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,26 +92,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--existing", type=int, help="issue number to update (default: search open issues)")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
-    if not args.repo:
-        print("error: --repo owner/name (or $GITHUB_REPOSITORY) is required", file=sys.stderr)
-        return 3
-    body = args.body_file.read_text()
-    existing = args.existing
-    token = os.environ.get("GITHUB_TOKEN", "")
-    if existing is None and not args.dry_run:
-        if not token:
-            print("error: $GITHUB_TOKEN is not set", file=sys.stderr)
-            return 3
-        query = urllib.parse.urlencode({"state": "open", "labels": "compose", "per_page": 100})
-        for issue in _call("GET", f"{API}/repos/{args.repo}/issues?{query}", token):
-            if issue.get("title") == args.title:
-                existing = issue["number"]
-    for req in requests_for(args.repo, args.title, body, existing):
-        if args.dry_run:
-            print(json.dumps(req, indent=2))
-        else:
-            answer = _call(req["method"], req["url"], token, req["json"])
-            print(answer.get("html_url", ""))
+    try:
+        if not args.repo:
+            raise ComposeError(
+                "no repository to open the issue in", hint="pass --repo owner/name (or set $GITHUB_REPOSITORY)"
+            )
+        try:
+            body = args.body_file.read_text()
+        except OSError as exc:
+            raise ComposeError(
+                f"cannot read the issue body: {exc.strerror}",
+                file=str(args.body_file),
+                hint="ci/compose_release.py writes it as issue-<TAG>.md in its --out folder",
+            ) from None
+        token = os.environ.get("GITHUB_TOKEN", "")
+        lines = open_or_update(args.repo, args.title, body, args.existing, token, args.dry_run)
+    except ComposeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print("\n".join(lines))
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Every file's hunks are placed by the placement engine (`place_file`); hunks it cannot place are never guessed: they
 are written to `<file>.rej` (GNU-style reject file) or, with `markers=True`, into the file as diff3-style conflict
-markers at the best candidate site. Each file is written atomically (temporary file + `os.replace`, mode kept).
+markers at the site the engine took for them when it took one (a hunk it found no site for still goes to `.rej`). Each file is written atomically (temporary file + `os.replace`, mode kept).
 
 Order of work: preflight (every path resolved inside the target, every file readable) → place every patch in memory,
 in order, each seeing the earlier patches' result → write (nothing with `dry_run`). A bad input raises before
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 
 from .atomicfile import write_atomically
-from .conflict import with_markers
+from .conflict import reject_text, with_markers
 from .errors import ComposeError, ExitCode
-from .patchfile import FilePatch, Hunk, Patch, decode_text, encode_text, join_lines, split_lines
+from .patchfile import FilePatch, Patch, decode_text, encode_text, join_lines, split_lines
 from .placement import Verdict, place_file
 from .report import hunk_json
 
@@ -28,8 +28,8 @@ from .report import hunk_json
 @dataclass
 class AppliedHunk:
     """One hunk's outcome. `landed_at` is the 1-based line of the target file (before this file's hunks) where its
-    first change went, or the best candidate site of a conflict (None when there is none); `expected_at` is the
-    line the patch's `@@` header names."""
+    first change went; for a conflict, the site the engine took for it, else its best candidate site (None when
+    there is none); `expected_at` is the line the patch's `@@` header names."""
 
     patch: str
     file: str
@@ -213,11 +213,16 @@ def _apply_file(label: str, fp: FilePatch, files: dict[str, _FileWork], markers:
         reason = p.evidence or str(p.verdict)
         if p.verdict is Verdict.CONFLICT and result.parse_error and result.parse_error not in reason:
             reason += f" (file no longer parses: {result.parse_error})"
-        landed = p.landing_line if p.ok else (p.candidates[0][0] if p.candidates else None)
+        if p.ok:
+            landed = p.landing_line
+        elif p.site is not None:
+            landed = p.site.start + 1
+        else:
+            landed = p.candidates[0].line if p.candidates else None
         out.append(AppliedHunk(label, fp.path, h.index, p.verdict, landed, h.old_start or None, reason))
 
     conflicts = [p for p in placements if not p.ok]
-    if markers and conflicts:
+    if markers and any(not p.refused for p in conflicts):
         lines, final_nl = split_lines(src.text or "")
         new_text: str | None = join_lines(with_markers(lines, placements), final_nl)
     else:
@@ -226,8 +231,9 @@ def _apply_file(label: str, fp: FilePatch, files: dict[str, _FileWork], markers:
             new_text = src.text  # nothing could be applied: leave the file as it is
         if fp.is_delete and conflicts:
             new_text = src.text  # never delete a file whose deletion did not fully apply
-    if conflicts and not markers:
-        dst.rejects.append(_reject_text(fp, [p.hunk for p in conflicts]))
+    rejected = [p.hunk for p in conflicts if not markers or p.refused]
+    if rejected:
+        dst.rejects.append(reject_text(fp, rejected))
 
     if fp.is_rename and src is not dst:
         dst.mode = src.mode
@@ -238,10 +244,3 @@ def _apply_file(label: str, fp: FilePatch, files: dict[str, _FileWork], markers:
     elif fp.new_mode and fp.old_mode != fp.new_mode:
         dst.mode = _mode_bits(fp.new_mode)
     return out
-
-
-def _reject_text(fp: FilePatch, hunks: list[Hunk]) -> str:
-    """A GNU-style reject section: file header and the rejected hunks, verbatim."""
-    old = f"a/{fp.old_path}" if fp.old_path else "/dev/null"
-    new = f"b/{fp.new_path}" if fp.new_path else "/dev/null"
-    return f"--- {old}\n+++ {new}\n" + "".join(h.to_text() for h in hunks)

@@ -202,7 +202,11 @@ def _compose_parsers(sub) -> None:
     a.add_argument("--onto", metavar="TAG", help="with --series: the release the entries are chosen for")
     a.add_argument("-p", dest="strip", type=int, default=1, help="strip level (default 1)")
     a.add_argument("--dry-run", action="store_true")
-    a.add_argument("--markers", action="store_true", help="write diff3-style markers instead of .rej files")
+    a.add_argument(
+        "--markers",
+        action="store_true",
+        help="write diff3-style markers at the site found for a conflicting hunk instead of a .rej file (a hunk with no site found still goes to .rej)",
+    )
 
     c = sub.add_parser("check-fuzz", help="audit where every hunk of an application landed", parents=[_shared("json")])
     c.add_argument("--stock", required=True, help="stock tree: a directory, or a git revision with --repo")

@@ -20,7 +20,8 @@
 
 A conflict stops the run at that entry: the state (`results.RunState`, versioned JSON under `refs/vllm-compose/state`)
 and the commits made so far (`refs/vllm-compose/wip`) are kept, and the entry's files are written to a worktree folder
-with diff3 markers for a person to resolve. `resume()` turns that resolution into a new local skew-fix entry of the
+for a person to resolve: diff3 markers where a conflicting hunk's site was found, reject files for the hunks the
+engine took no site for (`conflict`). `resume()` turns that resolution into a new local skew-fix entry of the
 series and composes again; `abort()` drops the state (keeping a worktree the user edited).
 
 `artifacts.image` composes onto an installed vLLM through this same `Composer`.
@@ -473,10 +474,12 @@ class Composer:
         asked = (self.options.worktree or self.repo_dir.parent / f"vllm-compose-conflict-{tag}").resolve()
         worktree = asked
         written: dict[str, str] = {}
-        if step.outcome.status is EntryStatus.CONFLICT and step.worktree_files:
+        folder = step.folder
+        if step.outcome.status is EntryStatus.CONFLICT and (folder.files or folder.rejects):
             worktree = conflict.unused_folder(asked)  # a folder left by an earlier run may hold a person's edits
-            written = conflict.write_worktree(worktree, step.worktree_files, step.entry.id, step.outcome.reason)
+            written = conflict.write_worktree(worktree, folder, step.entry.id, step.outcome.reason)
             result.worktree = str(worktree)
+            result.rejects = sorted(folder.rejects)
         repo = self.repo
         gitstore.update_ref_atomically(
             repo,
@@ -497,9 +500,9 @@ class Composer:
         )
         gitstore.write_state_ref(repo, STATE_REF, state.to_json())
         result.message = f"stopped at entry {step.entry.id!r}: {step.outcome.reason}" + (
-            f"\nthe entry's files are in {worktree} with conflict markers" if written else ""
+            f"\n{folder.summary(worktree)}" if result.worktree else ""
         )
-        if written and worktree != asked:
+        if result.worktree and worktree != asked:
             result.message += f"\n{asked} was left as it is: it holds files of an earlier run"
         return result
 

@@ -92,8 +92,8 @@ def render_plan(p: Plan) -> str:
         + (
             f" ({_plural(relay, 'stage')} {', '.join(str(s.index + 1) for s in relay)} at "
             f"{_plural(relay, 'layer')} {', '.join(str(s.start) for s in relay)}: "
-            f"{'it needs' if len(relay) == 1 else 'they need'} the compose's top-k relay; stock vLLM reads a stale "
-            "selection there)"
+            f"{'it needs' if len(relay) == 1 else 'they need'} the top-k relay (the compose's up to v0.33.0, vLLM's own "
+            "from v0.34.0); stock vLLM before v0.34.0 reads a stale selection there)"
             if relay
             else " (no top-k relay needed, on stock vLLM too)"
         )

@@ -4,7 +4,7 @@ decided, its commit written.
 `replay_entry(repo, head, entry, patch, carried, tag)` places every hunk of the entry on `head`'s tree and returns an
 `EntryReplay`: the changed files, the `EntryOutcome` (status applied / dropped-upstream / partly-upstream /
 conflict, every hunk's verdict and evidence), the hunks that conflicted and, for a conflict, the files a person
-resolving it starts from (`conflict.files_with_markers`). `commit_entry` writes its commit object (no ref moves).
+resolving it starts from (`conflict.conflict_folder`). `commit_entry` writes its commit object (no ref moves).
 The stages around it — preflight, checks, audit, publish, a stop for a person — are `compose.Composer`'s.
 
 Commits are reproducible: author and committer date come from the release commit, so composing the same series onto
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from . import gitstore
-from .conflict import files_with_markers
+from .conflict import ConflictFolder, conflict_folder
 from .errors import PatchFormatError
 from .patchfile import FilePatch, Patch, decode_text, encode_text, ends_in_crlf, split_lines
 from .placement import FilePlacement, Verdict, place_file, place_hunk
@@ -45,9 +45,10 @@ class EntryReplay:
     outcome: EntryOutcome
     #: (path, hunk index, evidence) of the hunks that conflicted and no later entry carries
     open_conflicts: list[tuple[str, int, str]]
-    #: per file, what a person resolving the conflict starts from: what could be applied, and diff3 markers where
-    #: it could not (filled only when the entry stopped on a conflict)
-    worktree_files: dict[str, bytes] = field(default_factory=dict)
+    #: what a person resolving the conflict starts from: per file what could be applied, with diff3 markers where
+    #: a hunk's site was found, and reject files listing the hunks refused (filled only when the entry stopped on a
+    #: conflict)
+    folder: ConflictFolder = field(default_factory=ConflictFolder)
 
 
 def replay_entry(
@@ -165,7 +166,7 @@ def _place_entry(
             outcome.reason = f"{carried_n} hunk(s) carried by later skew fixes (see resolved_by)"
     step = EntryReplay(entry, patch, changes, modes, outcome, open_conflicts)
     if outcome.status is EntryStatus.CONFLICT:
-        step.worktree_files = files_with_markers(file_placements)
+        step.folder = conflict_folder(entry.id, file_placements)
     return step
 
 
@@ -219,7 +220,7 @@ def _merge_entry(
     if open_conflicts:
         outcome.status = EntryStatus.CONFLICT
         outcome.reason = "3-way merge conflicts in " + ", ".join(sorted({p for p, _, _ in open_conflicts}))
-        return EntryReplay(entry, patch, changes, {}, outcome, open_conflicts, worktree_files)
+        return EntryReplay(entry, patch, changes, {}, outcome, open_conflicts, ConflictFolder(files=worktree_files))
     if not changes and not any(h.resolved_by for h in outcome.hunks):
         outcome.status = EntryStatus.DROPPED_UPSTREAM
         outcome.reason = "the 3-way merge changes nothing: the PR's changes are already in the release"

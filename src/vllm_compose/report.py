@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .atomicfile import write_atomically
 from .checks import failure_hint
 from .errors import ComposeError
-from .results import CheckStatus, ComposeStatus, EntryStatus, HunkVerdict, Severity
+from .results import STOPPING, CheckStatus, ComposeStatus, EntryStatus, HunkVerdict, Severity
 from .series_diff import DiffStatus
 
 #: the last line of a compose report, by how the compose ended
@@ -541,9 +541,13 @@ def render_ci_summary(report: dict) -> str:
 
 
 def ci_conflict_lines(report: dict) -> list[str]:
-    """One Markdown list item per conflicting hunk no later fix carries, with the first line of its evidence."""
+    """One Markdown list item per conflicting hunk no later fix carries, with the first line of its evidence: the
+    hunks of the entry that stopped the run. (A dropped entry's hunks are not applied: its conflicts show how
+    upstream's form of the change differs, and there is nothing to resolve.)"""
     out = []
     for e in report.get("entries", []):
+        if e["status"] not in STOPPING:
+            continue
         for h in e.get("hunks", []):
             if h["verdict"] == "conflict" and not h.get("resolved_by"):
                 first = (h.get("evidence") or "").splitlines()[:1]
@@ -554,10 +558,19 @@ def ci_conflict_lines(report: dict) -> list[str]:
 def render_ci_issue(report: dict) -> str:
     """The issue the scheduled CI opens when a compose stops: the summary and how to resolve it locally."""
     tag = report["tag"]
-    if report["status"] == ComposeStatus.CONFLICT:
+    stopped = next((e for e in report.get("entries", []) if e["status"] in STOPPING), None)
+    if report["status"] == ComposeStatus.CONFLICT and stopped and stopped["status"] == EntryStatus.CONFLICT:
         how = (
-            f"Resolve locally with `vllm-compose rebase --onto {tag}`, edit the conflict worktree, then `--continue` "
-            "(README: Conflicts).\n"
+            f"To proceed: `vllm-compose rebase --onto {tag}` stops at `{stopped['id']}` as this run did and writes "
+            f"the entry's files, with conflict markers for the hunks above, to `vllm-compose-conflict-{tag}/` next to "
+            "the repository; resolve them, then `vllm-compose rebase --continue` records the resolution as a "
+            f"skew-fix entry for {tag} (its `resolves` names those hunks) and composes on (README: Conflicts).\n"
+        )
+    elif report["status"] == ComposeStatus.CONFLICT:  # partly upstream: the message says what to decide
+        name = f"`{stopped['id']}`" if stopped else "the same entry"
+        how = (
+            f"To proceed: `vllm-compose rebase --onto {tag}` stops at {name} as this run did; decide per hunk as the "
+            "message above says (README: Conflicts).\n"
         )
     else:  # refused: no branch and no worktree; the message says what refused it
         how = (
@@ -565,11 +578,16 @@ def render_ci_issue(report: dict) -> str:
             f"unreviewed landings with `vllm-compose review --onto {tag}` (docs/review.md); fix a failed audit or "
             "check with a skew-fix entry.\n"
         )
+    retry = (
+        f"The weekly run composes {tag} again until `ci/composed.json` lists it: add {tag} there once its compose "
+        "is published.\n"
+    )
     return (
         f"The scheduled compose of the series onto vLLM {tag} stopped: **{report['status']}**.\n\n"
         + render_ci_summary(report)
         + "\n"
         + how
+        + retry
     )
 
 

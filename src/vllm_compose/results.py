@@ -208,7 +208,10 @@ class ComposeResult:
     head: str | None = None
     entries: list[EntryOutcome] = field(default_factory=list)
     message: str = ""
+    #: the conflict worktree a stopped run wrote, absolute (None: none was written)
     worktree: str | None = None
+    #: its reject files (relative to it): one per file with hunks the engine took no site for, which have no markers
+    rejects: list[str] = field(default_factory=list)
     accepted_failures: list[str] = field(default_factory=list)
     #: the checks of the whole composed tree against the release (what decides a refusal)
     final_checks: CheckReport | None = None
@@ -236,6 +239,7 @@ class ComposeResult:
             "base": self.base,
             "head": self.head,
             "worktree": self.worktree,
+            "rejects": self.rejects,
             "accepted_failures": self.accepted_failures,
             "final_checks": self.final_checks.to_json() if self.final_checks is not None else None,
             "build_setup": self.build_setup.to_json() if self.build_setup is not None else None,

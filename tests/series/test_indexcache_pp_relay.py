@@ -1,6 +1,7 @@
 """The IndexCache top-k under pipeline parallelism, on each release's own model code (series entries
 fix-deepseek-v2-indexcache-pp-topk-relay, fix-deepseek-v32-indexcache-pp-topk-relay-v0.29 and
-fix-deepseek-v32-indexcache-pp-topk-relay).
+fix-deepseek-v32-indexcache-pp-topk-relay up to v0.33.0; from v0.34.0 vLLM relays the top-k itself and no entry
+applies).
 
 GLM-5.x builds an indexer on layers 0, 1, 2, 6, 10, ... only; the other layers attend with the rows the last full
 layer left in the rank's top-k buffer. Here the release's model class (`DeepseekV2Model` of deepseek_v2.py up to
@@ -16,6 +17,13 @@ after the series' relay entry run as pipeline stages on a CPU, each with its own
   the keys they have;
 - a shared layer is right when it reads exactly the rows the last full layer before it wrote for this batch, in this
   batch's row order. Stock must read others (garbage, then stale rows); the compose must read those.
+
+From v0.34.0 stock reads them: the model maps the key `topk_indices` to its buffer (`pp_topk_buffers` of
+vllm/model_executor/models/utils.py, when a later stage starts on a shared layer), sends the buffer's rows with the
+hidden states, declares the key to the receive buffers and copies what it receives into its buffer before its first
+layer (`copy_pp_buffers`). Those functions, `compute_skip_topk_layers` and `pp_splits_layer_sharing` run as the
+release has them, with the release's `get_pp_indices` (vllm/distributed/utils.py) choosing the split; without the
+copy-in the same stages read stale rows again, which shows these tests can tell the two apart.
 """
 
 from __future__ import annotations
@@ -24,8 +32,9 @@ import ast
 import re
 import sys
 import types
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, pairwise
 from pathlib import Path
 
 import pytest
@@ -43,6 +52,7 @@ pytestmark = [pytest.mark.sdist, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 SERIES = REPO / "series"
 SEQUENCE, UTILS = "vllm/sequence.py", "vllm/model_executor/models/utils.py"
+DIST_UTILS = "vllm/distributed/utils.py"
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,16 @@ V32 = ModelPath(
 )
 #: both ends of each path's range, and v0.30.0, where the buffer moved onto the model
 RELEASES = {"v0.26.0": V2, "v0.28.0": V2, "v0.29.0": V32, "v0.30.0": V32, "v0.33.0": V32}
+#: releases that relay the top-k themselves (pp_topk_buffers / copy_pp_buffers), where no relay entry applies
+RELAYED_UPSTREAM = {"v0.34.0": V32}
+#: the functions of models/utils.py the model runs (those a release has)
+UTILS_FUNCTIONS = [
+    "make_empty_intermediate_tensors_factory",
+    "compute_skip_topk_layers",
+    "pp_splits_layer_sharing",
+    "pp_topk_buffers",
+    "copy_pp_buffers",
+]
 
 #: GLM-5.x's IndexCache settings (its config.json) at its real depth, small everywhere else
 NUM_LAYERS, HIDDEN, TOPK, MAX_TOKENS = 78, 8, 16, 32
@@ -112,12 +132,14 @@ class RecordingLayer(torch.nn.Module):
         else:
             rows = [selection(self.layer, int(t), int(s)) for t, s in hidden_states[:, :2].tolist()]
             self.buffer[:n] = torch.tensor(rows, dtype=torch.int32)
-        return hidden_states, hidden_states if residual is None else residual
+        # a zero residual: v0.34.0 sends `residual + hidden_states`, which keeps the request and step columns
+        return hidden_states, torch.zeros_like(hidden_states) if residual is None else residual
 
 
 class PPGroup:
     def __init__(self, rank: int, size: int):
         self.is_first_rank, self.is_last_rank = rank == 0, rank == size - 1
+        self.world_size = size
 
 
 class Embed(torch.nn.Module):
@@ -159,21 +181,23 @@ def stage_class(source: str, path: ModelPath, namespace: dict):
 
 @dataclass
 class Release:
-    """One release's texts: the model file as the sdist has it and after the series' relay entry."""
+    """One release's texts: the model file as the sdist has it and after the series' relay entry (None where the
+    release relays by itself)."""
 
     tag: str
     path: ModelPath
     stock: str
-    composed: str
+    composed: str | None
     sequence: str
     utils: str
     attention: str
+    dist_utils: str
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def release(request, tmp_path_factory) -> Release:
     tag, path = request.param, RELEASES[request.param]
-    files = release_files(tmp_path_factory, tag, [path.model_file, SEQUENCE, UTILS, path.attention_file])
+    files = release_files(tmp_path_factory, tag, [path.model_file, SEQUENCE, UTILS, path.attention_file, DIST_UTILS])
     entries = [
         e for e in load_series(SERIES).entries_for(tag) if e.file is not None and "indexcache-pp-topk-relay" in e.id
     ]
@@ -191,7 +215,39 @@ def release(request, tmp_path_factory) -> Release:
         files[SEQUENCE],
         files[UTILS],
         files[path.attention_file],
+        files[DIST_UTILS],
     )
+
+
+@pytest.fixture(scope="module", params=sorted(RELAYED_UPSTREAM))
+def upstream(request, tmp_path_factory) -> Release:
+    """A release that relays the top-k itself: its stock texts."""
+    tag, path = request.param, RELAYED_UPSTREAM[request.param]
+    files = release_files(tmp_path_factory, tag, [path.model_file, SEQUENCE, UTILS, path.attention_file, DIST_UTILS])
+    return Release(
+        tag,
+        path,
+        files[path.model_file],
+        None,
+        files[SEQUENCE],
+        files[UTILS],
+        files[path.attention_file],
+        files[DIST_UTILS],
+    )
+
+
+def pp_indices(rel: Release, bounds: list[int]):
+    """The release's own `get_pp_indices`, answering `bounds`: vLLM's default split where `bounds` is it, else
+    `VLLM_PP_LAYER_PARTITION` set to `bounds` (as pp-plan's partitions are launched)."""
+    envs = types.SimpleNamespace(VLLM_PP_LAYER_PARTITION=None)
+    logger = types.SimpleNamespace(info=lambda *args, **kwargs: None)
+    fn = release_functions(rel.dist_utils, DIST_UTILS, ["get_pp_indices"], {"envs": envs, "logger": logger})
+    get_pp_indices = fn["get_pp_indices"]
+    size = len(bounds) - 1
+    if [get_pp_indices(NUM_LAYERS, r, size)[0] for r in range(size)] + [NUM_LAYERS] != bounds:
+        envs.VLLM_PP_LAYER_PARTITION = ",".join(str(b - a) for a, b in pairwise(bounds))
+    assert [get_pp_indices(NUM_LAYERS, r, size) for r in range(size)] == list(pairwise(bounds))
+    return get_pp_indices
 
 
 def build_stage(rel: Release, source: str, rank: int, bounds: list[int], recorder: Recorder, monkeypatch):
@@ -201,12 +257,13 @@ def build_stage(rel: Release, source: str, rank: int, bounds: list[int], recorde
     it_cls = next(n for n in seq_module.body if isinstance(n, ast.ClassDef) and n.name == "IntermediateTensors")
     exec(compile(ast.Module([it_cls], []), SEQUENCE, "exec"), seq_ns)  # noqa: S102 - the release's own code
     intermediate = seq_ns["IntermediateTensors"]
-    factory = release_functions(
+    pp_group = PPGroup(rank, len(bounds) - 1)
+    utils = release_functions(
         rel.utils,
         UTILS,
-        ["make_empty_intermediate_tensors_factory"],
-        {"torch": torch, "IntermediateTensors": intermediate},
-    )["make_empty_intermediate_tensors_factory"]
+        UTILS_FUNCTIONS,
+        {"torch": torch, "IntermediateTensors": intermediate, "Iterable": Iterable, "Mapping": Mapping},
+    )
     start, end = bounds[rank], bounds[rank + 1]
 
     def make_layers(num_hidden_layers, layer_fn, prefix):
@@ -220,15 +277,24 @@ def build_stage(rel: Release, source: str, rank: int, bounds: list[int], recorde
     platform = types.SimpleNamespace(device_type="cpu", is_cuda=lambda: False)
     platforms = types.ModuleType("vllm.platforms")
     platforms.current_platform = platform  # type: ignore[attr-defined]
+    # what pp_splits_layer_sharing imports when it runs
+    parallel_state = types.ModuleType("vllm.distributed.parallel_state")
+    parallel_state.get_pp_group = lambda: pp_group  # type: ignore[attr-defined]
+    dist_utils = types.ModuleType("vllm.distributed.utils")
+    dist_utils.get_pp_indices = pp_indices(rel, bounds)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    monkeypatch.setitem(sys.modules, "vllm.distributed", types.ModuleType("vllm.distributed"))
+    monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", parallel_state)
+    monkeypatch.setitem(sys.modules, "vllm.distributed.utils", dist_utils)
     namespace = {
         "torch": torch,
         "nn": torch.nn,
         "islice": islice,
         "IntermediateTensors": intermediate,
-        "make_empty_intermediate_tensors_factory": factory,
-        "get_pp_group": lambda: PPGroup(rank, len(bounds) - 1),
+        **utils,
+        "get_pp_group": lambda: pp_group,
+        "tensor_model_parallel_all_reduce": lambda hidden_states: hidden_states,
         "make_layers": make_layers,
         rel.path.layer_class: layer_cls,
         "current_platform": platform,
@@ -414,7 +480,7 @@ def test_the_stub_layers_follow_the_release_rule(release):
     assert not rule(types.SimpleNamespace(), 5)  # no index_topk: not a DSA model
 
 
-@pytest.mark.parametrize("tag", ["v0.26.0", "v0.29.0", "v0.33.0"])
+@pytest.mark.parametrize("tag", ["v0.26.0", "v0.29.0", "v0.33.0", "v0.34.0"])
 def test_the_v2_runner_shares_the_target_buffer_with_the_drafter(tmp_path_factory, tag):
     """What `scribble_last_stage` stands for is the recipe's own runner (VLLM_USE_V2_MODEL_RUNNER=1): its MTP set-up
     points every draft module that has a `topk_indices_buffer` at the target model's, and from v0.29.0 its MTP
@@ -431,3 +497,65 @@ def test_the_v2_runner_shares_the_target_buffer_with_the_drafter(tmp_path_factor
         reuse = release_files(tmp_path_factory, tag, [speculator])[speculator]
         assert "self.model.model.set_skip_topk(True)" in reuse
         assert "self.model.model.compact_topk_indices(" in reuse
+
+
+# --- releases that relay the top-k themselves ---------------------------------------------------------------------
+
+#: the line of v0.34.0's forward that copies the received rows into the stage's buffer
+UPSTREAM_COPY_IN = "copy_pp_buffers(intermediate_tensors, self.pp_buffers)"
+
+
+def test_no_relay_entry_applies_where_upstream_relays(upstream, tmp_path):
+    """The series' relay entry is for releases that do not relay: it does not apply on v0.34.0 (its receive and send
+    hunks meet upstream's relay), and the series must not select it there."""
+    entry = next(e for e in load_series(SERIES).entries if e.id == "fix-deepseek-v32-indexcache-pp-topk-relay")
+    (tmp_path / upstream.path.model_file).parent.mkdir(parents=True)
+    (tmp_path / upstream.path.model_file).write_text(upstream.stock)
+    patch = parse_patch(entry.file.read_bytes(), name=entry.file.name)
+    result = apply_patches(tmp_path, [patch], dry_run=True)
+    assert not result.ok and [h.hunk for h in result.hunks if h.verdict.value == "conflict"] == [3, 4]
+    selected = [e.id for e in load_series(SERIES).entries_for(upstream.tag) if "indexcache-pp-topk-relay" in e.id]
+    assert selected == []
+
+
+@pytest.mark.parametrize("drafter", [False, True], ids=["target-only", "mtp-drafter-shares-the-last-buffer"])
+@pytest.mark.parametrize("bounds", [DEFAULT_PP2, DEFAULT_PP8], ids=["pp2-39-39", "pp8-default"])
+def test_upstream_relays_the_previous_stage_rows_for_this_batch(upstream, bounds, drafter, monkeypatch):
+    """Stock: every shared layer reads the rows of the last full layer before it, for this batch, in its order —
+    also on the last stage after the MTP drafter wrote its buffer. vLLM relays across every boundary once one of
+    them starts on a shared layer (at PP2 and PP8 by default all do)."""
+    pipe = _run(upstream, upstream.stock, bounds, monkeypatch, drafter=drafter)
+    assert _wrong_layers(pipe, bounds) == []
+    assert all(keys == ["hidden_states", "topk_indices"] for keys in pipe.sent_keys)
+
+
+@pytest.mark.parametrize("bounds", [DEFAULT_PP2, DEFAULT_PP8], ids=["pp2-39-39", "pp8-default"])
+def test_without_upstreams_copy_in_stages_read_stale_rows(upstream, bounds, monkeypatch):
+    """The same model with its copy-in taken away: the rows still cross, but the stages that start on a shared layer
+    read what their own last full layer wrote at the previous step, as before v0.34.0."""
+    assert upstream.stock.count(UPSTREAM_COPY_IN) == 1
+    pipe = _run(upstream, upstream.stock.replace(UPSTREAM_COPY_IN, "pass"), bounds, monkeypatch)
+    assert _wrong_layers(pipe, bounds) == shared_stage_heads(bounds)
+    reads = dict(pipe.recorder.reads)
+    for start, end in pairwise(bounds[1:]):
+        own_last_full = max(k for k in range(start, end) if not skips_topk(k))
+        assert reads[start] == [selection(own_last_full, t, 1) for t in STEPS[0]]
+
+
+def test_upstream_relays_nothing_where_no_stage_starts_on_a_shared_layer(upstream, monkeypatch):
+    """VLLM_PP_LAYER_PARTITION=42,36: stage 2 starts on a full layer, and vLLM's map of buffers is empty."""
+    pipe = _run(upstream, upstream.stock, FULL_START_PP2, monkeypatch)
+    assert _wrong_layers(pipe, FULL_START_PP2) == []
+    assert all(keys == ["hidden_states"] for keys in pipe.sent_keys)
+
+
+def test_upstreams_rule_is_the_stub_layers_rule(upstream):
+    """The attention asks `compute_skip_topk_layers` whether a layer builds an indexer; run as the release has it, it
+    names the layers `skips_topk` names for GLM-5.x, none for DeepSeek-V3.2, and follows a pattern."""
+    assert "skip_topk = layer_id in compute_skip_topk_layers(config)" in upstream.attention
+    rule = release_functions(upstream.utils, UTILS, ["compute_skip_topk_layers"], {})["compute_skip_topk_layers"]
+    glm5 = types.SimpleNamespace(index_topk=2048, num_hidden_layers=NUM_LAYERS, **GLM5)
+    assert rule(glm5) == {k for k in range(NUM_LAYERS) if skips_topk(k)}
+    assert rule(types.SimpleNamespace(index_topk=2048, num_hidden_layers=61)) == set()
+    pattern = types.SimpleNamespace(index_topk=2048, num_hidden_layers=7, index_topk_pattern="FFSFS")
+    assert rule(pattern) == {2, 4}

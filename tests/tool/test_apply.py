@@ -66,21 +66,36 @@ def test_conflict_goes_to_rej_and_rest_is_applied(tmp_path: Path) -> None:
     assert result.hunks[1].reason
 
 
-def test_markers_mode(tmp_path: Path) -> None:
+def test_markers_mode_marks_a_conflict_at_the_site_the_engine_took(tmp_path: Path) -> None:
+    # the engine takes lines 15-19 as the hunk's site, but the line its insertion follows is gone there
+    target = target_from("kwarg-after-call", tmp_path)
+    stock = (target / "pkg/drafter.py").read_text().splitlines()
+
+    result = apply_patches(target, [load("kwarg-after-call")], markers=True)
+
+    assert result.exit_code is ExitCode.CONFLICT and result.hunks[0].landed_at == 15
+    lines = (target / "pkg/drafter.py").read_text().splitlines()
+    assert not (target / "pkg/drafter.py.rej").exists() and result.rejects == []
+    marks = [lines.index(m) for m in (MARKER_OURS, MARKER_BASE, MARKER_SEP, MARKER_THEIRS)]
+    assert marks == sorted(marks) and marks[0] == 14  # right before the site's first line
+    assert lines[marks[0] + 1 : marks[1]] == stock[14:19]  # the target's side: the site's lines
+    assert "            upper," in lines[marks[1] + 1 : marks[2]]
+    assert "            extra=extra," in lines[marks[2] + 1 : marks[3]]
+
+
+def test_markers_mode_sends_a_hunk_without_a_site_to_rej(tmp_path: Path) -> None:
+    # hunk 2 agrees too little with its best site: markers there would be a guess the engine rejected
     target = target_from("failed", tmp_path)
 
     result = apply_patches(target, [load("failed")], markers=True)
 
     assert result.exit_code is ExitCode.CONFLICT
-    lines = (target / CONFIG).read_text().splitlines()
-    assert not (target / (CONFIG + ".rej")).exists()
-    assert '    "enforce_eager": False,' in lines
-    marks = [lines.index(m) for m in (MARKER_OURS, MARKER_BASE, MARKER_SEP, MARKER_THEIRS)]
-    assert marks == sorted(marks)
-    base = lines[marks[1] + 1 : marks[2]]
-    theirs = lines[marks[2] + 1 : marks[3]]
-    assert '        key, _, value = line.partition("=")' in base
-    assert '        key, _, value = line.partition(":")' in theirs
+    text = (target / CONFIG).read_text()
+    assert '    "enforce_eager": False,' in text  # hunk 1 applied
+    assert not any(m in text for m in (MARKER_OURS, MARKER_BASE, MARKER_SEP, MARKER_THEIRS))
+    rej = (target / (CONFIG + ".rej")).read_text()
+    assert rej.startswith("--- a/pkg/config.py\n+++ b/pkg/config.py\n@@ -18,6 +19,6 @@")
+    assert result.rejects == [CONFIG + ".rej"]
 
 
 def test_dry_run_writes_nothing(tmp_path: Path) -> None:

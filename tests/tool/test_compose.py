@@ -17,6 +17,8 @@ from toy_compose import MOD_V1, PR_PATCH, branch_log, commit_tag, compose, git, 
 
 from vllm_compose import gitstore
 from vllm_compose.cli import main
+from vllm_compose.conflict import MARKER_RE
+from vllm_compose.patchfile import parse_patch
 
 
 def test_clean_compose_writes_one_commit_per_entry(toy_series, toy_upstream, tmp_path):
@@ -140,6 +142,47 @@ def test_conflict_resolve_continue_records_a_fix(toy_series, toy_upstream, tmp_p
     assert gitstore.read_state_ref(pygit2.Repository(str(toy_upstream))) is None
     # on other tags the recorded fix does not apply (tags ==2.0.0)
     assert compose(toy_series, toy_upstream, "v1.0.0") == 0
+
+
+def release_without_greet(toy_upstream: Path) -> None:
+    """v2.0.0: greet rewritten from its signature on, so the PR's first hunk agrees too little with any site."""
+    greet = 'def greet(name, *, loud=False):\n    text = "hello " + name\n    if loud:\n        text = text.upper()\n'
+    text = MOD_V1.replace(greet + "    return text\n", 'def greet(who):\n    return f"hi {who}"\n')
+    git(toy_upstream, "checkout", "-q", "v1.0.0")
+    commit_tag(toy_upstream, "v2.0.0", {"pkg/mod.py": text})
+    git(toy_upstream, "checkout", "-q", "--detach")
+
+
+def test_a_hunk_without_a_site_is_listed_in_a_reject_file_not_marked_and_continue_records_a_fix(
+    toy_series, toy_upstream, tmp_path
+):
+    release_without_greet(toy_upstream)
+    wt = tmp_path / "wt"
+    out = tmp_path / "r.json"
+    assert compose(toy_series, toy_upstream, "v2.0.0", "--worktree", str(wt), json_out=out) == 1
+    report = json.loads(out.read_text())
+    assert report["worktree"] == str(wt) and report["rejects"] == ["pkg/mod.py.rej"]
+    assert f"have no markers: read them in {wt / 'pkg/mod.py.rej'}" in report["message"]
+    mod = (wt / "pkg/mod.py").read_text()
+    assert not MARKER_RE.search(mod) and "def reset(self):" in mod  # no markers anywhere; hunk 2 placed
+    rej = (wt / "pkg/mod.py.rej").read_text()
+    assert "# hunk 1 of pkg/mod.py (entry pr101) was not placed.\n" in rej
+    assert "#   line 1 (1): score 0.24: agrees too little (below 0.50)\n" in rej
+    assert rej.endswith(parse_patch(PR_PATCH).files[0].hunks[0].to_text())  # as the PR wrote it
+    assert "  pkg/mod.py.rej: hunk 1\n" in (wt / "CONFLICT.txt").read_text()
+    # nothing edited: nothing to record, and the run still waits
+    assert resume(toy_series, toy_upstream) == 1
+    # the person carries the hunk into the release's form of the function, and goes on
+    greet = 'def greet(who):\n    return f"hi {who}"\n'
+    (wt / "pkg/mod.py").write_text(mod.replace(greet, 'def greet(who, suffix=""):\n    return f"hi {who}" + suffix\n'))
+    rc = resume(toy_series, toy_upstream, json_out=out)
+    report = json.loads(out.read_text())
+    assert rc == 0, report["message"]
+    assert [e["id"] for e in report["entries"]][:2] == ["pr101", "fix-pr101-v2.0.0"]
+    fix = (toy_series / "patches" / "0002-fix-pr101-v2.0.0.patch").read_text()
+    assert '+def greet(who, suffix=""):' in fix and ".rej" not in fix
+    assert 'resolves = ["pr101:pkg/mod.py#1"]' in (toy_series / "series.toml").read_text()
+    assert not wt.exists()  # composed: the worktree is gone
 
 
 def test_abort_drops_state_and_keeps_edited_worktree(toy_series, toy_upstream, tmp_path):

@@ -7,6 +7,8 @@ did). Cases are folders:
   its PR entry pins the toy PR, `toy_compose.PR_PATCH`, which the test passes with --sources), `expected.json`
   (description, the tag, the exit code) and the golden files
   * `expected-rebase.txt`: what `vllm-compose rebase` prints (`render_compose`);
+  * `expected-conflict-folder.txt` (cases that stop with a conflict worktree): every file the worktree holds,
+    each under a `== path ==` line: CONFLICT.txt, the entry's files with their markers, the reject files;
   * `expected-status.md`: the status table's row of that compose (`render_status`);
   * `expected-review.txt`: what `vllm-compose review` prints, and its exit code (`render_review`);
   * `expected-validate.txt`: what `vllm-compose validate` prints for the case's series;
@@ -118,6 +120,17 @@ def test_rebase_output(case: str, tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert code == want["exit"], out
     _check_golden(folder / "expected-rebase.txt", _normalize(out, tmp_path))
+    worktree = tmp_path / "conflict"
+    if worktree.is_dir():
+        _check_golden(folder / "expected-conflict-folder.txt", _folder_text(worktree))
+    else:
+        assert not (folder / "expected-conflict-folder.txt").exists(), "the compose wrote no conflict worktree"
+
+
+def _folder_text(folder: Path) -> str:
+    """Every file below `folder`, in path order, each under a `== path ==` line."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return "".join(f"== {p.relative_to(folder).as_posix()} ==\n{p.read_text()}" for p in files)
 
 
 @pytest.mark.parametrize("case", _compose_cases())

@@ -32,12 +32,12 @@ from ..verdicts import Verdict
 from .choice import place_by_context
 from .files import is_own_base, onto_no_file, onto_whole_file, resolve_overlaps
 from .imports import place_imports
-from .outcome import FilePlacement, Placement
+from .outcome import CandidateSite, FilePlacement, Placement, Site
 from .parse_check import assemble_parsable
 from .signatures import place_signature
 from .target import Target, indexed_target
 
-__all__ = ["FilePlacement", "Placement", "Verdict", "place_file", "place_hunk"]
+__all__ = ["CandidateSite", "FilePlacement", "Placement", "Site", "Verdict", "place_file", "place_hunk"]
 
 
 def place_hunk(hunk: Hunk, target_lines: list[str], path: str) -> Placement:

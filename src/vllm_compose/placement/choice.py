@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..patchfile import Hunk
 from ..verdicts import Verdict
 from .groups import Group, attach_intents, hunk_groups
-from .outcome import Placement
+from .outcome import CandidateSite, Placement, Site
 from .plan import Plan, approximate_plan, merge_plan, site_key, spliced
 from .refusal import Refusal, RefusalKind
 from .scope_check import scope_refusal, shows_def_line, site_scope
@@ -65,8 +65,8 @@ def place_by_context(hunk: Hunk, tgt: Target, own_base: bool = False) -> Placeme
     if not hunk.pre_image:
         return _place_without_context(hunk, tgt)
     ranked = _ranked_sites(hunk, groups, tgt)
-    candidates = [(site_line(s.al), round(s.al.score, 3)) for s in ranked[:8]]
     eligible, rejected = _scope_checked(hunk, groups, ranked, tgt)
+    candidates = _candidates(ranked, eligible)
     if not eligible or eligible[0].al.score < MIN_SCORE:
         return _without_acceptable_site(hunk, tgt, groups, eligible, rejected, candidates)
     choice = _chosen(hunk, eligible, own_base)
@@ -112,8 +112,44 @@ def _scope_checked(
     return eligible, rejected
 
 
-def _conflict(hunk: Hunk, evidence: str, candidates: list[tuple[int, float]], score: float = 0.0) -> Placement:
-    return Placement(hunk, Verdict.CONFLICT, evidence=evidence, score=score, candidates=candidates)
+def _candidates(ranked: list[_Site], eligible: list[_Site], most: int = 8) -> list[CandidateSite]:
+    """The best `most` sites as evidence lists them (one per line: the best alignment there), each with why the hunk
+    does not go there on that site's own merits ("" for a site acceptable alone: whether it is chosen is the
+    choice's word). Call after `_scope_checked`."""
+    out: list[CandidateSite] = []
+    for s in ranked:
+        if len(out) == most:
+            break
+        if any(c.line == site_line(s.al) for c in out):
+            continue
+        if s.refusal is not None:
+            note = f"wrong scope: {s.refusal}"
+        elif s not in eligible:  # neither eligible nor refused: the scope check stopped before it
+            note = "not compared: it agrees far less than a better site"
+        elif s.al.score < MIN_SCORE:
+            note = f"agrees too little (below {MIN_SCORE:.2f})"
+        elif s.plan.refusal is not None:
+            note = str(s.plan.refusal)
+        else:
+            note = ""
+        out.append(CandidateSite(site_line(s.al), round(s.al.score, 3), note))
+    return out
+
+
+def _site(hunk: Hunk, al: Alignment) -> Site:
+    """The site an alignment puts the hunk on: from the first to the last target line a pre-image line agrees with,
+    and the hunk's context lines beyond them (lines the target does not have there)."""
+    mapped = [(j, t) for j, t in enumerate(al.mapping) if t is not None]
+    (j0, t0), (j1, t1) = mapped[0], mapped[-1]
+    unmatched_tail = len(al.mapping) - 1 - j1
+    return Site(t0, t1 + 1, min(j0, hunk.leading_context), min(unmatched_tail, hunk.trailing_context))
+
+
+def _conflict(
+    hunk: Hunk, evidence: str, candidates: list[CandidateSite], score: float = 0.0, site: Site | None = None
+) -> Placement:
+    """A conflict; `site`: the site the engine took for the hunk, when it took one."""
+    return Placement(hunk, Verdict.CONFLICT, evidence=evidence, score=score, candidates=candidates, site=site)
 
 
 def _without_acceptable_site(
@@ -122,7 +158,7 @@ def _without_acceptable_site(
     groups: list[Group],
     eligible: list[_Site],
     rejected: list[_Site],
-    candidates: list[tuple[int, float]],
+    candidates: list[CandidateSite],
 ) -> Placement:
     """No site is acceptable (none in the right scope, or the best one agrees too little): already applied when the
     post-image is there, else a conflict naming the best site and why it falls short."""
@@ -202,7 +238,7 @@ def _merged(
     groups: list[Group],
     choice: _Choice,
     rejected: list[_Site],
-    candidates: list[tuple[int, float]],
+    candidates: list[CandidateSite],
 ) -> Placement:
     """The hunk merged at the chosen site: its verdict, the replacement lines, and the evidence of the choice."""
     P = hunk.pre_image
@@ -218,7 +254,7 @@ def _merged(
         applied = _already_applied(hunk, tgt, groups)
         if applied is not None:
             return applied
-        return _conflict(hunk, f"{evidence[0]}: {plan.refusal}", candidates, al.score)
+        return _conflict(hunk, f"{evidence[0]}: {plan.refusal}", candidates, al.score, _site(hunk, al))
     if plan.indent_note:
         evidence.append(plan.indent_note)
 
@@ -245,6 +281,7 @@ def _merged(
             f"{evidence[0]}: partly applied already ({done} of {len(applied_flags)} changes are in the target)",
             candidates,
             al.score,
+            _site(hunk, al),
         )
     start, end, replacement = spliced(tgt, plan.edits)
 
@@ -264,6 +301,7 @@ def _merged(
         score=al.score,
         candidates=candidates,
         eof_newline=eof,
+        site=_site(hunk, al),
     )
 
 

@@ -7,7 +7,7 @@ import hashlib
 
 from ..patchfile import FilePatch, join_lines
 from ..verdicts import Verdict
-from .outcome import FilePlacement, Placement
+from .outcome import FilePlacement, Placement, Site
 from .target import Target, norm_text, strip_cr
 
 
@@ -67,6 +67,7 @@ def onto_whole_file(file_patch: FilePatch, target_text: str, lines: list[str], p
             target_text,
             Verdict.CONFLICT,
             f"the patch creates {path}, but the target already has a different file there",
+            site=Site(0, len(lines)),  # both sides made the file: the whole file is the place
         )
     pre = [x for h in hunks for x in h.pre_image]
     if [strip_cr(x) for x in pre] == [strip_cr(x) for x in lines]:
@@ -84,6 +85,7 @@ def onto_whole_file(file_patch: FilePatch, target_text: str, lines: list[str], p
         target_text,
         Verdict.CONFLICT,
         f"the patch deletes {path}, but the target's content differs from what the patch removes",
+        site=Site(0, len(lines)),
     )
 
 
@@ -113,10 +115,13 @@ def _blob_id(text: str) -> str:
 
 
 def to_conflict(p: Placement, why: str) -> None:
-    """Turn a placed hunk into a conflict, keeping what it was in its evidence."""
+    """Turn a placed hunk into a conflict, keeping what it was in its evidence and its site (the engine took it:
+    the hunk cannot go there for another reason)."""
     p.evidence = f"{why}; was: {p.verdict.value}: {p.evidence}"
     p.verdict = Verdict.CONFLICT
     p.replacement = None
+    if p.site is None and p.start is not None:  # placed other than by its context: its changed lines only
+        p.site = Site(p.start, p.end if p.end is not None else p.start, p.hunk.leading_context, p.hunk.trailing_context)
 
 
 def resolve_overlaps(placements: list[Placement]) -> None:

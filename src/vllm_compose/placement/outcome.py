@@ -3,10 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..patchfile import FilePatch, Hunk
 from ..scope import Scope
 from ..verdicts import Verdict
+
+
+class CandidateSite(NamedTuple):
+    """One site the pre-image has in the target, as a conflict's evidence and a reject file list it."""
+
+    #: 1-based target line of the first pre-image line that agrees there
+    line: int
+    #: alignment score, 0..1
+    score: float
+    #: why the hunk does not go there on this site's own merits ("" for a site acceptable alone)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Site:
+    """The target lines a hunk lies on at the site the engine took for it."""
+
+    #: 0-based half-open window [start, end) of target lines: from the first to the last line a pre-image line
+    #: agrees with, the target's own lines between them included
+    start: int
+    end: int
+    #: how many of the hunk's context lines lie before / after the window: the target has no lines for them there
+    head: int = 0
+    tail: int = 0
 
 
 @dataclass
@@ -31,14 +56,24 @@ class Placement:
     evidence: str = ""
     #: alignment score of the chosen site, 0..1 (1 = every pre-image line agreed exactly)
     score: float = 0.0
-    #: other candidate sites considered (1-based lines) with their scores, best first
-    candidates: list[tuple[int, float]] = field(default_factory=list)
+    #: other candidate sites considered, best first
+    candidates: list[CandidateSite] = field(default_factory=list)
     #: whether the file ends with a newline after this hunk (None: the hunk does not touch the end of the file)
     eof_newline: bool | None = None
+    #: the site the engine took for the hunk, placed there or not: a conflict with a site is one it cannot merge
+    #: there (both sides changed the same place, no one indentation, partly applied, overlapping another hunk, the
+    #: file no longer parses). None for a conflict the engine took no site for (none, none in the right scope, too
+    #: little agreement, ambiguous: it is `refused`), and for a hunk placed other than by its context
+    site: Site | None = None
 
     @property
     def ok(self) -> bool:
         return self.verdict is not Verdict.CONFLICT
+
+    @property
+    def refused(self) -> bool:
+        """A conflict without a site: nothing says where the hunk belongs, so no conflict markers go anywhere."""
+        return self.verdict is Verdict.CONFLICT and self.site is None
 
     def to_json(self) -> dict:
         """The placement as a JSON-ready dict (hunk numbered as GNU patch numbers it)."""
