@@ -1,7 +1,9 @@
 """Write `lab/device/payload-vX.Y.Z.lock` for a release: the wheels a validation run needs that the device image lacks.
 
 How it decides (the way `payload-v0.33.0.lock` was made by hand in session 6, written down):
-1. A venv (Python 3.12, as on the device) gets the release's stock wheel with all of its requirements.
+1. A venv (Python 3.12, as on the device) gets the release's stock wheel with all of its requirements, less those
+   named by `--drop` (a pin PyPI does not serve: vLLM 0.34.0 pins flashinfer-python==0.7.3, which PyPI does not
+   list; drop only a distribution the probe hides anyway, `OPTIONAL_AT_IMPORT`, so that the probe sees the same).
 2. On this machine, which has no GPU, the DSA path's modules are imported there: the engine, the V2 model runner,
    the model and its MTP draft (`deepseek_v2` before v0.29.0, `deepseek_v32` after), the indexer and the
    sparse-MLA backends. vLLM's platform is bound to a fake sm_80 CUDA platform, and libcuda is a stub whose every
@@ -13,6 +15,7 @@ How it decides (the way `payload-v0.33.0.lock` was made by hand in session 6, wr
    run time. Versions are the venv's, and every sha256 must equal PyPI's.
 
     python3 lab/device/make_lock.py --release 0.29.0 --work /tmp/l29 [--out lab/device/payload-v0.29.0.lock]
+        [--drop flashinfer-python]
 
 Needs PyPI, gcc and nm (the stub), about 8 GB under --work and a few minutes. Exit 0 written, 1 a step failed (the
 message says which), 2 usage.
@@ -147,6 +150,15 @@ def pin(requires: list[str], name: str) -> str | None:
     return None
 
 
+def pin_of(requires: list[str], name: str) -> str:
+    """`name` as the requirement writes it (`flashinfer-python==0.7.3`), markers left out."""
+    for r in requires:
+        m = re.match(r"([A-Za-z0-9._-]+)\s*([^;]*)", r)
+        if m and canonical(m[1]) == name:
+            return f"{name}{m[2].strip()}"
+    return name
+
+
 def requirement_names(requires: list[str]) -> set[str]:
     """The names of `requires` whose markers hold on the device (cp312, Linux, x86_64; extras skipped)."""
     from packaging.requirements import Requirement
@@ -184,18 +196,37 @@ def libcuda_stub(site: Path, out: Path) -> Path:
     return out
 
 
-def make_lock(release: str, work: Path, image: set[str], python: str) -> str:
+def venv_requirements(requires: list[str], drop: frozenset[str]) -> list[str]:
+    """The stock wheel's requirements the venv gets when `drop` names some: extras left out, as a plain install
+    leaves them. Raises LockError for a `drop` name that is not a requirement (a typo would drop nothing)."""
+    plain = [(canonical(re.match(r"[A-Za-z0-9._-]+", r)[0]), r) for r in requires if not re.search(r"\bextra\s*==", r)]
+    unknown = sorted(drop - {n for n, _r in plain})
+    if unknown:
+        raise LockError(f"--drop {', '.join(unknown)}: not a requirement of the stock wheel; check the name")
+    return [r for n, r in plain if n not in drop]
+
+
+def make_lock(release: str, work: Path, image: set[str], python: str, drop: frozenset[str] = frozenset()) -> str:
     work.mkdir(parents=True, exist_ok=True)
     wheels = work / "wheels"
     download([f"vllm=={release}"], wheels)
     stock = next(wheels.glob(f"vllm-{release}-*.whl"))
     _name, _v, vllm_requires = wheel_metadata(stock)
     env = work / "env"
-    if not (env / ".complete").exists():  # a venv whose install was cut off is made again
+    # the marker holds what the venv was made with: a venv whose install was cut off, or made with other --drop
+    # names, is made again
+    marker = "drop: " + " ".join(sorted(drop)) + "\n"
+    made = (env / ".complete").read_text() if (env / ".complete").exists() else None
+    if made is None or made != marker and not (made == "" and not drop):  # "": a venv made before --drop existed
         shutil.rmtree(env, ignore_errors=True)
         _run([python, "-m", "venv", str(env)])
-        _run([str(env / "bin" / "pip"), "install", "-q", str(stock)])
-        (env / ".complete").touch()
+        pip = str(env / "bin" / "pip")
+        if drop:
+            _run([pip, "install", "-q", "--no-deps", str(stock)])
+            _run([pip, "install", "-q", *venv_requirements(vllm_requires, drop)])
+        else:
+            _run([pip, "install", "-q", str(stock)])
+        (env / ".complete").write_text(marker)
     site = next((env / "lib").glob("python3.*/site-packages"))
     stub = libcuda_stub(site, work / "stub")
     modules = dsa_modules(site / "vllm")
@@ -264,6 +295,15 @@ def make_lock(release: str, work: Path, image: set[str], python: str) -> str:
         "written by",
         f"# lab/device/make_lock.py (its docstring says how each line was chosen) with torch pin {torch or 'none'}.",
         "# Hidden at the import probe, not carried: " + ", ".join(OPTIONAL_AT_IMPORT) + ".",
+        *(
+            [
+                "# Left out of the probe's venv (--drop): "
+                + ", ".join(pin_of(vllm_requires, n) for n in sorted(drop))
+                + "."
+            ]
+            if drop
+            else []
+        ),
         "# Added for run-time imports: " + ", ".join(RUNTIME) + ".",
         "# Each sha256 equals PyPI's (https://pypi.org/simple/NAME/, JSON form).",
         *(f"# so: {o}" for o in OBJECTS),
@@ -280,12 +320,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="default: lab/device/payload-vX.Y.Z.lock")
     ap.add_argument("--image-packages", type=Path, default=KINDS)
     ap.add_argument("--python", default=PYTHON, help="a Python 3.12 (the device's)")
+    ap.add_argument(
+        "--drop",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="leave this requirement of the stock wheel out of the venv (a pin PyPI does not serve; only one the "
+        "probe hides, OPTIONAL_AT_IMPORT)",
+    )
     args = ap.parse_args(argv)
     if not re.fullmatch(r"\d+\.\d+\.\d+", args.release):
         ap.error(f"--release {args.release!r}: give X.Y.Z, e.g. 0.29.0")
-    out = args.out or REPO / "device" / f"payload-v{args.release}.lock"
+    out = args.out or REPO / "lab" / "device" / f"payload-v{args.release}.lock"
     try:
-        text = make_lock(args.release, args.work, image_packages(args.image_packages), args.python)
+        text = make_lock(
+            args.release,
+            args.work,
+            image_packages(args.image_packages),
+            args.python,
+            frozenset(canonical(n) for n in args.drop),
+        )
     except (LockError, OSError) as exc:
         print(f"make_lock: {exc}", file=sys.stderr)
         return 1

@@ -23,6 +23,17 @@ There, one call per part, back to back (the machine stays warm 30 s between call
     ...
     run(carry=[".devstage/pN"]):  python3 lab/device/stage.py receive N && python3 lab/device/stage.py install
 
+A part leaves room for the tree that travels with it: by default it is 64 MiB less the repository's files (tracked
+and untracked-not-ignored, as `git ls-files` lists them) less a MiB for the manifest and what changes before the
+call (`--part-mib` sets it).
+
+Two releases in one warm machine: `build --have .devstage33` leaves out of this payload's stream every item whose
+sha256 already travels in that payload (the torch stack when both releases pin it), marking it `shared` in the
+manifest. On the machine, each payload is received into its own `VC_STAGE_DEST` (`receive N --from .devstage34`
+reads the part from that folder); `install` takes the shared items from the parts of the payloads received earlier
+that `VC_STAGE_SHARED` names (`VC_STAGE_SHARED=/tmp/vc33`, `:`-separated), found by sha256 and checked again, and
+refuses before it writes anything when one is not there, naming it.
+
 The lock's lines are `name==version  sha256:DIGEST  wheel-file  [stock]`; `#` starts a comment. The line marked
 `stock` is the release's vLLM wheel: its Python files become the stock tree (less what the DSA model never imports,
 `EXCLUDE`), and the compiled objects named by `# so: PATH ...` lines are carried xz-compressed (the others stay
@@ -53,6 +64,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 #: where the machine keeps the received parts and the installed payload (kept while it stays warm)
 DEST = Path(os.environ.get("VC_STAGE_DEST", "/tmp/vc"))
+#: `install`: the DEST folders of payloads received earlier on this machine, where items a payload marks `shared`
+#: (left out of its own stream by `build --have`) are looked up by sha256
+SHARED = [Path(p) for p in os.environ.get("VC_STAGE_SHARED", "").split(os.pathsep) if p]
 #: xz outputs of the large objects, keyed by the wheel's sha256 (xz -9 of ~300 MB takes minutes)
 CACHE = Path(os.environ.get("VC_STAGE_CACHE", "/tmp/vc-stage-cache"))
 #: wheel members the DSA model never imports: CUDA sources, the Rust front end, DeepGEMM (the run must take the
@@ -66,8 +80,11 @@ EXCLUDE_NATIVE = re.compile(r"(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/fmh
 NATIVE_OBJECTS = re.compile(
     r"^vllm/_flashmla(_extension)?_C\.abi3\.so$|^vllm/third_party/deep_gemm/_C(_extension\.abi3|\.cpython-312-[^/]+)\.so$"
 )
-#: a call's limit less the repository's own files and a margin
-DEFAULT_PART_MIB = 57
+#: what one device call carries: the working tree that travels and the carried part together
+CALL_BYTES = 64 << 20
+#: room left in a call beside the part and the tree: the manifest (tens of KB) and files the tree gains before the
+#: call (a notebook line, a series entry)
+CALL_MARGIN = 1 << 20
 #: tarfile's "data" filter where the Python has it (3.11.4+, 3.12); older ones extract plainly: the archives are
 #: the ones `build` wrote, and each is sha256-checked against the manifest before it is opened
 _SAFE = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
@@ -193,25 +210,83 @@ def native_objects(wheel: Path) -> list[str]:
     return found
 
 
+def tree_bytes(repo: Path = REPO) -> int:
+    """The bytes of the repository's files that travel with every device call (tracked and untracked-not-ignored,
+    as `git ls-files` lists them; a file listed but gone counts nothing)."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    total = 0
+    for name in {n for n in listed.decode(errors="surrogateescape").split("\0") if n}:
+        try:
+            total += (repo / name).lstat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def default_part_bytes(repo: Path = REPO) -> int:
+    """A part that fits one call beside the repository's tree (`CALL_BYTES` less the tree less `CALL_MARGIN`),
+    rounded down to 64 KiB. Raises StageError when the tree leaves less than 8 MiB."""
+    part = (CALL_BYTES - tree_bytes(repo) - CALL_MARGIN) & ~0xFFFF
+    if part < 8 << 20:
+        raise StageError(
+            f"the repository's files take {tree_bytes(repo)} bytes of a call's {CALL_BYTES}: too little is left for "
+            "a part; give --part-mib, or move large files out of the tree"
+        )
+    return part
+
+
+def read_payload(path: Path) -> dict:
+    """The manifest of a payload built earlier: its folder (`.devstage33`, read from p1) or a manifest.json."""
+    for candidate in (path, path / "manifest.json", path / "p1" / "manifest.json"):
+        if candidate.is_file():
+            try:
+                manifest = json.loads(candidate.read_text())
+            except ValueError as exc:
+                raise StageError(f"{candidate} is not a manifest ({exc}); build that payload again") from None
+            if not isinstance(manifest, dict) or not {"items", "part_sha256", "lock"} <= set(manifest):
+                raise StageError(f"{candidate} is not a stage.py manifest; pass the payload's folder (.devstageNN)")
+            return manifest
+    raise StageError(f"no manifest under {path}; build that payload first (stage.py build --out {path})")
+
+
+def streamed(manifest: dict) -> list[tuple[dict, int]]:
+    """The items in the payload's own byte stream, each with its offset there (shared items are not in it)."""
+    out, offset = [], 0
+    for item in manifest["items"]:
+        if not item.get("shared"):
+            out.append((item, offset))
+            offset += item["size"]
+    return out
+
+
 def build(
     lock: Path,
     wheels: Path,
     stock_tree: Path,
     composed_tree: Path,
     out: Path,
-    part_mib: int,
+    part_bytes: int,
     native: bool = False,
     composed: dict | None = None,
+    have: dict | None = None,
 ) -> dict:
-    """Build the parts under `out` (p1, p2, ...; replaced whole). Returns the manifest. `native`: carry the native
-    Hopper DSA path too (`EXCLUDE_NATIVE`, `NATIVE_OBJECTS`); `composed`: what `compose_trees` composed, kept in the
-    manifest (branch, head commit, entries)."""
+    """Build the parts under `out` (p1, p2, ...; replaced whole) of at most `part_bytes` each. Returns the manifest.
+    `native`: carry the native Hopper DSA path too (`EXCLUDE_NATIVE`, `NATIVE_OBJECTS`); `composed`: what
+    `compose_trees` composed, kept in the manifest (branch, head commit, entries); `have`: the manifest of a payload
+    the machine receives first (`read_payload`): items whose sha256 and size its stream holds are marked `shared`
+    and left out of this stream."""
     entries, objects = read_lock(lock)
     for tree, what in ((stock_tree, "--stock-tree"), (composed_tree, "--composed-tree")):
         if not (tree / "__init__.py").is_file():
             raise StageError(f"{what} {tree} is not a vllm/ package folder (no __init__.py); pass the tree's vllm/")
     _check_wheels(entries, wheels, lock)
     stock = next(e for e in entries if e.stock)
+    # sha256 -> size of what the other payload's stream holds (its own shared items are not on the machine by it)
+    there = {item["sha256"]: item["size"] for item, _offset in streamed(have)} if have else {}
     work = Path(tempfile.mkdtemp(prefix="vc-stage-"))
     try:
         items: list[tuple[str, Path]] = []
@@ -226,19 +301,32 @@ def build(
             items.append((f"so/{member}.xz", _object_xz(wheels / stock.file, stock.sha256, member)))
         overlay = _overlay(stock_tree, composed_tree, work / "overlay.tar.xz")
         items.append(("overlay.tar.xz", work / "overlay.tar.xz"))
-        part = part_mib << 20
-        total = sum(p.stat().st_size for _n, p in items)
-        parts = -(-total // part)
+        listed = []
+        for name, path in items:
+            item = {"name": name, "size": path.stat().st_size, "sha256": sha256_of(path)}
+            if there.get(item["sha256"]) == item["size"]:
+                item["shared"] = True
+            listed.append(item)
+        sent = [path for (_n, path), item in zip(items, listed, strict=True) if not item.get("shared")]
+        total = sum(p.stat().st_size for p in sent)
+        parts = max(1, -(-total // part_bytes))
         manifest = {
             "lock": lock.name,
             "release": stock.version,
-            "part_bytes": part,
+            "part_bytes": part_bytes,
             "parts": parts,
             "total_bytes": total,
-            "items": [{"name": n, "size": p.stat().st_size, "sha256": sha256_of(p)} for n, p in items],
+            "items": listed,
             "overlay": overlay,
             "native": native,
             "composed": composed,
+            # the payload the shared items travel in (the machine finds them by sha256 in VC_STAGE_SHARED)
+            "shared_with": (
+                {"lock": have["lock"], "release": have.get("release"), "part_sha256": have["part_sha256"]}
+                if have and any(i.get("shared") for i in listed)
+                else None
+            ),
+            "shared_bytes": sum(i["size"] for i in listed if i.get("shared")),
             "part_sha256": [],
         }
         staging = out.with_name(out.name + ".new")
@@ -246,16 +334,16 @@ def build(
         for i in range(1, parts + 1):
             (staging / f"p{i}").mkdir(parents=True)
         # one stream, cut into parts
-        index, left, f = 1, part, open(staging / "p1" / "part", "wb")
+        index, left, f = 1, part_bytes, open(staging / "p1" / "part", "wb")
         try:
-            for _n, path in items:
+            for path in sent:
                 with open(path, "rb") as src:
                     while block := src.read(min(left, 1 << 20)):
                         f.write(block)
                         left -= len(block)
                         if left == 0 and index < parts:
                             f.close()
-                            index, left = index + 1, part
+                            index, left = index + 1, part_bytes
                             f = open(staging / f"p{index}" / "part", "wb")
         finally:
             f.close()
@@ -279,7 +367,8 @@ def _manifest(folder: Path) -> dict:
 
 
 def receive(n: int, source: Path = REPO / ".devstage") -> str:
-    """Check part `n` (carried as .devstage/pN) against its manifest and keep it under DEST/parts."""
+    """Check part `n` (carried as SOURCE/pN, by default .devstage/pN) against its manifest and keep it under
+    DEST/parts."""
     folder = source / f"p{n}"
     manifest = _manifest(folder)
     if not 1 <= n <= manifest["parts"]:
@@ -303,9 +392,80 @@ def receive(n: int, source: Path = REPO / ".devstage") -> str:
     return f"part {n} of {manifest['parts']} ok ({manifest['lock']}); have {len(have)}: {have}"
 
 
-def install(models: bool = True) -> str:
+def _stream_blocks(parts: Path, part_bytes: int, offset: int, size: int):
+    """`size` bytes from `offset` of the byte stream cut into parts/p1, p2, ..., in blocks of at most 1 MiB."""
+    while size:
+        index, within = divmod(offset, part_bytes)
+        path = parts / f"p{index + 1}"
+        with open(path, "rb") as f:
+            f.seek(within)
+            while size and within < part_bytes:
+                block = f.read(min(size, 1 << 20, part_bytes - within))
+                if not block:
+                    raise StageError(f"{path} ends at {within} bytes, before the manifest's items do; stage again")
+                yield block
+                size -= len(block)
+                within += len(block)
+                offset += len(block)
+
+
+def _shared_sources(manifest: dict, folders: list[Path]) -> dict[str, tuple[Path, dict, int]]:
+    """For each item `manifest` marks shared: (the parts folder, that payload's manifest, the item's offset in its
+    stream), from the first of `folders` (DEST folders of payloads received earlier) whose parts hold it. Raises
+    StageError naming every shared item not found, or whose parts are missing there."""
+    wanted = {i["sha256"]: i for i in manifest["items"] if i.get("shared")}
+    found: dict[str, tuple[Path, dict, int]] = {}
+    gaps: dict[str, str] = {}
+    for folder in folders:
+        parts = folder / "parts"
+        try:
+            other = json.loads((parts / "manifest.json").read_text())
+        except (OSError, ValueError):
+            continue
+        for item, offset in streamed(other):
+            sha = item["sha256"]
+            if sha not in wanted or sha in found or item["size"] != wanted[sha]["size"]:
+                continue
+            first, last = offset // other["part_bytes"] + 1, (offset + item["size"] - 1) // other["part_bytes"] + 1
+            absent = [i for i in range(first, last + 1) if not (parts / f"p{i}").is_file()]
+            if absent:
+                gaps[sha] = f"{parts} lacks its parts {absent} of {other['lock']}"
+                continue
+            found[sha] = (parts, other, offset)
+    lost = [i for sha, i in wanted.items() if sha not in found]
+    if lost:
+        with_ = manifest.get("shared_with") or {}
+        raise StageError(
+            f"{len(lost)} shared item(s) of {manifest['lock']} are not on this machine: "
+            + "; ".join(
+                f"{i['name']} (sha256 {i['sha256'][:16]}..., {gaps.get(i['sha256'], 'in none')})" for i in lost[:6]
+            )
+            + (f"; and {len(lost) - 6} more" if len(lost) > 6 else "")
+            + f". They travel in {with_.get('lock', 'the payload built with --have')}: receive all its parts into "
+            "their own VC_STAGE_DEST first and name that folder in VC_STAGE_SHARED (looked in: "
+            + (", ".join(str(f) for f in folders) or "nothing, VC_STAGE_SHARED is unset")
+            + ")"
+        )
+    return found
+
+
+def _write_item(blocks, path: Path, item: dict, source: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        for block in blocks:
+            f.write(block)
+            h.update(block)
+    if h.hexdigest() != item["sha256"]:
+        raise StageError(
+            f"{item['name']}: sha256 {h.hexdigest()} read from {source}, manifest {item['sha256']}; stage again"
+        )
+
+
+def install(models: bool = True, shared: list[Path] | None = None) -> str:
     """Join the received parts, check each item, install: wheels -> DEST/site, stock -> DEST/stock, stock plus
-    the overlay -> DEST/composed (the objects into both); then the tiny models (`write_models`)."""
+    the overlay -> DEST/composed (the objects into both); then the tiny models (`write_models`). Items the manifest
+    marks shared are read from the parts of an earlier payload under one of `shared` (default `SHARED`)."""
     parts = DEST / "parts"
     if not (parts / "manifest.json").is_file():
         raise StageError(f"no part received under {parts}; run 'receive N' with each part carried, then install")
@@ -313,29 +473,18 @@ def install(models: bool = True) -> str:
     missing = [i for i in range(1, manifest["parts"] + 1) if not (parts / f"p{i}").is_file()]
     if missing:
         raise StageError(f"parts {missing} of {manifest['parts']} not received; run 'receive N' with each carried")
+    sources = _shared_sources(manifest, SHARED if shared is None else shared)
     items = DEST / "items"
     shutil.rmtree(items, ignore_errors=True)
-    handles = iter([parts / f"p{i}" for i in range(1, manifest["parts"] + 1)])
-    src = open(next(handles), "rb")
-    try:
-        for item in manifest["items"]:
-            path = items / item["name"]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            h, left = hashlib.sha256(), item["size"]
-            with open(path, "wb") as f:
-                while left:
-                    block = src.read(min(left, 1 << 20))
-                    if not block:
-                        src.close()
-                        src = open(next(handles), "rb")
-                        continue
-                    f.write(block)
-                    h.update(block)
-                    left -= len(block)
-            if h.hexdigest() != item["sha256"]:
-                raise StageError(f"{item['name']}: sha256 {h.hexdigest()}, manifest {item['sha256']}; stage again")
-    finally:
-        src.close()
+    offset = 0
+    for item in manifest["items"]:
+        if item.get("shared"):
+            where, other, at = sources[item["sha256"]]
+            blocks = _stream_blocks(where, other["part_bytes"], at, item["size"])
+        else:
+            where, blocks = parts, _stream_blocks(parts, manifest["part_bytes"], offset, item["size"])
+            offset += item["size"]
+        _write_item(blocks, items / item["name"], item, where)
     wheels = sorted(str(p) for p in (items / "whl").glob("*.whl"))
     shutil.rmtree(DEST / "site", ignore_errors=True)
     if wheels:
@@ -378,6 +527,11 @@ def install(models: bool = True) -> str:
         + (
             f"; composed tree: {manifest['composed']['branch']} at {manifest['composed']['head'][:12]}"
             if manifest.get("composed")
+            else ""
+        )
+        + (
+            f"; {len(sources)} shared items read from {sorted({str(w) for w, _m, _o in sources.values()})}"
+            if sources
             else ""
         )
     )
@@ -487,7 +641,18 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--stock-tree", type=Path, help="without --onto: the release's vllm/ (sdist tag)")
     b.add_argument("--composed-tree", type=Path, help="without --onto: the compose branch's vllm/")
     b.add_argument("--out", type=Path, default=REPO / ".devstage")
-    b.add_argument("--part-mib", type=int, default=DEFAULT_PART_MIB)
+    b.add_argument(
+        "--part-mib",
+        type=float,
+        help="the size of a part (default: what a call leaves beside the repository's files, default_part_bytes)",
+    )
+    b.add_argument(
+        "--have",
+        type=Path,
+        metavar="PAYLOAD",
+        help="a payload built earlier (its folder, e.g. .devstage33) that the machine receives first: items it "
+        "carries are left out of this one (shared; install reads them there, VC_STAGE_SHARED)",
+    )
     b.add_argument(
         "--native",
         action="store_true",
@@ -495,6 +660,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     r = sub.add_parser("receive", help="on the machine: check and keep the carried part N")
     r.add_argument("n", type=int)
+    r.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=Path(".devstage"),
+        metavar="DIR",
+        help="the carried payload folder, relative to the repository (default .devstage)",
+    )
     i = sub.add_parser("install", help="on the machine: join, check and install the received parts")
     i.add_argument("--no-models", action="store_true")
     args = ap.parse_args(argv)
@@ -506,15 +679,26 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error("--onto needs --repo (the vLLM git repository to compose in)")
             if not args.onto and not (args.stock_tree and args.composed_tree):
                 ap.error("give --onto TAG --repo DIR, or both --stock-tree and --composed-tree")
+            part_bytes = int(args.part_mib * (1 << 20)) if args.part_mib else default_part_bytes()
+            have = read_payload(args.have) if args.have else None
             with tempfile.TemporaryDirectory(prefix="vc-trees-") as tmp:
                 stock_tree, composed_tree, composed = args.stock_tree, args.composed_tree, None
                 if args.onto:
                     stock_tree, composed_tree, composed = compose_trees(args.onto, args.repo, args.sources, Path(tmp))
                 m = build(
-                    args.lock, args.wheels, stock_tree, composed_tree, args.out, args.part_mib, args.native, composed
+                    args.lock,
+                    args.wheels,
+                    stock_tree,
+                    composed_tree,
+                    args.out,
+                    part_bytes,
+                    args.native,
+                    composed,
+                    have,
                 )
+            shared = [i for i in m["items"] if i.get("shared")]
             print(
-                f"{m['parts']} parts of <= {args.part_mib} MiB, {m['total_bytes']} bytes, {len(m['items'])} items, "
+                f"{m['parts']} parts of <= {part_bytes} bytes, {m['total_bytes']} bytes, {len(m['items'])} items, "
                 f"{len(m['overlay'])} overlay files{' (native path included)' if m['native'] else ''} "
                 f"-> {args.out}/p1..p{m['parts']}"
                 + (
@@ -522,9 +706,20 @@ def main(argv: list[str] | None = None) -> int:
                     if composed
                     else ""
                 )
+                + (
+                    f"; {len(shared)} items ({m['shared_bytes']} bytes) shared with {m['shared_with']['lock']}, "
+                    "not in these parts"
+                    if shared
+                    else ""
+                )
+            )
+            room = CALL_BYTES - part_bytes - (args.out / "p1" / "manifest.json").stat().st_size
+            print(
+                f"a call carries one part and the repository's files: they must stay under {room} bytes "
+                f"(now {tree_bytes()})"
             )
         elif args.cmd == "receive":
-            print(receive(args.n))
+            print(receive(args.n, REPO / args.source))
         else:
             print(install(models=not args.no_models))
     except StageError as exc:

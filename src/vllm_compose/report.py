@@ -562,8 +562,9 @@ def render_ci_issue(report: dict) -> str:
     if report["status"] == ComposeStatus.CONFLICT and stopped and stopped["status"] == EntryStatus.CONFLICT:
         how = (
             f"To proceed: `vllm-compose rebase --onto {tag}` stops at `{stopped['id']}` as this run did and writes "
-            f"the entry's files, with conflict markers for the hunks above, to `vllm-compose-conflict-{tag}/` next to "
-            "the repository; resolve them, then `vllm-compose rebase --continue` records the resolution as a "
+            f"the entry's files to `vllm-compose-conflict-{tag}/` next to the repository, with conflict markers where "
+            "the engine found a hunk's site and each refused hunk, with its best candidate sites, in the `.rej` file "
+            "beside its file; resolve them, then `vllm-compose rebase --continue` records the resolution as a "
             f"skew-fix entry for {tag} (its `resolves` names those hunks) and composes on (README: Conflicts).\n"
         )
     elif report["status"] == ComposeStatus.CONFLICT:  # partly upstream: the message says what to decide

@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -90,7 +91,9 @@ def test_parts_built_here_install_there_with_every_item_checked(inputs, monkeypa
     stage = _load_stage()
     monkeypatch.setattr(stage, "CACHE", inputs["tmp"] / "xzcache")
     out = inputs["tmp"] / "repo" / ".devstage"
-    manifest = stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1)
+    manifest = stage.build(
+        inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_bytes=1 << 20
+    )
     assert manifest["parts"] >= 3 and manifest["overlay"] == ["layer.py", "new_backend.py"]
     assert all((out / f"p{i}" / "part").stat().st_size <= 1 << 20 for i in range(1, manifest["parts"] + 1))
     # the device side reads the parts from the repository's .devstage (REPO/.devstage there): receive via a copy
@@ -143,7 +146,7 @@ def test_native_carries_flashmla_and_deep_gemm_for_the_devices_python_only(input
     monkeypatch.setattr(stage, "CACHE", inputs["tmp"] / "xzcache")
     out = inputs["tmp"] / "repo" / ".devstage"
     manifest = stage.build(
-        inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1, native=True
+        inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_bytes=1 << 20, native=True
     )
     assert manifest["native"] is True
     done = _install(inputs, out)
@@ -172,7 +175,7 @@ def test_a_part_damaged_in_transit_is_refused_and_a_wrong_wheel_is_named(inputs,
     stage = _load_stage()
     monkeypatch.setattr(stage, "CACHE", inputs["tmp"] / "xzcache")
     out = inputs["tmp"] / ".devstage"
-    stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1)
+    stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_bytes=1 << 20)
     part = out / "p2" / "part"
     data = bytearray(part.read_bytes())
     data[10] ^= 0xFF
@@ -183,7 +186,7 @@ def test_a_part_damaged_in_transit_is_refused_and_a_wrong_wheel_is_named(inputs,
     assert not (inputs["tmp"] / "vc" / "parts" / "p2").exists()
     (inputs["wheels"] / next(p.name for p in inputs["wheels"].glob("tinydep*"))).write_bytes(b"other")
     with pytest.raises(stage.StageError, match=r"tinydep.*has sha256 .* pins"):
-        stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_mib=1)
+        stage.build(inputs["lock"], inputs["wheels"], inputs["stock"], inputs["composed"], out, part_bytes=1 << 20)
     assert json.loads((out / "p1" / "manifest.json").read_text())["parts"] >= 3  # the earlier build is untouched
 
 
@@ -242,3 +245,129 @@ def test_build_options_that_do_not_go_together_are_usage_errors(tmp_path, capsys
     with pytest.raises(SystemExit) as exit_:
         stage.main(["build", "--lock", "l", "--wheels", "w", *args])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+# -- two releases in one warm machine: the second payload carries only what the first does not --------------------
+
+
+@pytest.fixture
+def two_payloads(inputs, monkeypatch):
+    """Payload A (the `inputs` lock) and payload B, built with `have=A`: B's lock pins the same tinydep wheel (so it
+    is shared), a dependency of its own and another stock wheel."""
+    stage = _load_stage()
+    monkeypatch.setattr(stage, "CACHE", inputs["tmp"] / "xzcache")
+    wheels, repo = inputs["wheels"], inputs["tmp"] / "repo"
+    own = _wheel(wheels, "owndep", "2.0", {"owndep/__init__.py": b"VALUE = 8\n"})
+    stock = _wheel(wheels, "vllm", "0.99.1", {"vllm/__init__.py": b"", "vllm/layer.py": b"WHO = 'stock 0.99.1'\n"})
+    dep = next(wheels.glob("tinydep-*.whl"))
+    lock_b = inputs["tmp"] / "payload-b.lock"
+    lock_b.write_text(
+        f"owndep==2.0  sha256:{_sha(own)}  {own.name}\n"
+        f"tinydep==1.0  sha256:{_sha(dep)}  {dep.name}\n"
+        f"vllm==0.99.1  sha256:{_sha(stock)}  {stock.name}  stock\n"
+    )
+    composed_b = inputs["tmp"] / "cb" / "vllm"
+    composed_b.mkdir(parents=True)
+    (composed_b / "__init__.py").write_text("")
+    (composed_b / "layer.py").write_text("WHO = 'composed 0.99.1'\n")
+    a = stage.build(inputs["lock"], wheels, inputs["stock"], inputs["composed"], repo / ".devstageA", 1 << 20)
+    b = stage.build(
+        lock_b, wheels, inputs["stock"], composed_b, repo / ".devstageB", 1 << 20,
+        have=stage.read_payload(repo / ".devstageA"),
+    )  # fmt: skip
+    (repo / "lab" / "device").mkdir(parents=True)
+    (repo / "lab" / "device" / "stage.py").write_bytes(STAGE.read_bytes())
+    return {"a": a, "b": b, "repo": repo, "dep": dep, "tmp": inputs["tmp"]}
+
+
+def _device(repo: Path, dest: Path, *args: str, shared: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "VC_STAGE_SHARED"}
+    env["VC_STAGE_DEST"] = str(dest)
+    if shared is not None:
+        env["VC_STAGE_SHARED"] = shared
+    script = str(repo / "lab" / "device" / "stage.py")
+    return subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True)
+
+
+def _receive_all(repo: Path, dest: Path, folder: str, parts: int) -> None:
+    for i in range(1, parts + 1):
+        got = _device(repo, dest, "receive", str(i), "--from", folder)
+        assert got.returncode == 0, got.stderr
+        assert f"part {i} of {parts} ok" in got.stdout
+
+
+def test_a_shared_item_is_not_in_the_second_stream(two_payloads):
+    a, b, repo, dep = two_payloads["a"], two_payloads["b"], two_payloads["repo"], two_payloads["dep"]
+    shared = [i for i in b["items"] if i.get("shared")]
+    assert [i["name"] for i in shared] == [f"whl/{dep.name}"] and shared[0]["sha256"] == _sha(dep)
+    assert b["shared_bytes"] == dep.stat().st_size and b["shared_with"]["lock"] == "payload.lock"
+    assert b["shared_with"]["part_sha256"] == a["part_sha256"]
+    stream = b"".join((repo / ".devstageB" / f"p{i}" / "part").read_bytes() for i in range(1, b["parts"] + 1))
+    assert len(stream) == b["total_bytes"] == sum(i["size"] for i in b["items"] if not i.get("shared"))
+    assert dep.read_bytes()[-4096:] not in stream  # the wheel's bytes travel in A only
+    assert b["parts"] < a["parts"]
+    # items of B's own (its stock wheel's trees, its own dependency) travel, though A's stream is there too
+    assert {i["name"] for i in b["items"] if not i.get("shared")} >= {"vllm_py.tar.xz", "overlay.tar.xz"}
+
+
+def test_install_reads_the_shared_item_from_the_other_payload(two_payloads):
+    repo, tmp = two_payloads["repo"], two_payloads["tmp"]
+    _receive_all(repo, tmp / "vcA", ".devstageA", two_payloads["a"]["parts"])
+    _receive_all(repo, tmp / "vcB", ".devstageB", two_payloads["b"]["parts"])
+    done = _device(repo, tmp / "vcB", "install", "--no-models", shared=f"{tmp / 'nothing'}:{tmp / 'vcA'}")
+    assert done.returncode == 0, done.stderr
+    assert "1 shared items read from" in done.stdout and str(tmp / "vcA" / "parts") in done.stdout
+    site = tmp / "vcB" / "site"
+    assert (site / "tinydep" / "__init__.py").read_text() == "VALUE = 7\n"
+    assert (site / "owndep" / "__init__.py").read_text() == "VALUE = 8\n"
+    assert (tmp / "vcB" / "stock" / "vllm" / "layer.py").read_text() == "WHO = 'stock 0.99.1'\n"
+    assert (tmp / "vcB" / "composed" / "vllm" / "layer.py").read_text() == "WHO = 'composed 0.99.1'\n"
+    assert not (tmp / "vcA" / "site").exists()  # A's parts were read, nothing of A's was installed or changed
+
+
+def test_a_shared_item_not_on_the_machine_is_refused_by_name(two_payloads):
+    repo, tmp, dep = two_payloads["repo"], two_payloads["tmp"], two_payloads["dep"]
+    _receive_all(repo, tmp / "vcB", ".devstageB", two_payloads["b"]["parts"])
+    unset = _device(repo, tmp / "vcB", "install", "--no-models")
+    assert unset.returncode == 1
+    assert f"whl/{dep.name}" in unset.stderr and "travel in payload.lock" in unset.stderr
+    assert "VC_STAGE_SHARED is unset" in unset.stderr
+    assert not (tmp / "vcB" / "site").exists() and not (tmp / "vcB" / "items").exists()  # refused before writing
+    # A received only in part: the parts that hold the wheel are named
+    _device(repo, tmp / "vcA", "receive", "1", "--from", ".devstageA")
+    partial = _device(repo, tmp / "vcB", "install", "--no-models", shared=str(tmp / "vcA"))
+    assert partial.returncode == 1 and f"whl/{dep.name}" in partial.stderr
+    assert re.search(r"lacks its parts \[[0-9, ]+\] of payload.lock", partial.stderr)
+
+
+def test_a_shared_item_whose_bytes_changed_is_refused(two_payloads):
+    repo, tmp, dep = two_payloads["repo"], two_payloads["tmp"], two_payloads["dep"]
+    _receive_all(repo, tmp / "vcA", ".devstageA", two_payloads["a"]["parts"])
+    _receive_all(repo, tmp / "vcB", ".devstageB", two_payloads["b"]["parts"])
+    stage = _load_stage()
+    ((item, offset),) = [(i, o) for i, o in stage.streamed(two_payloads["a"]) if i["name"] == f"whl/{dep.name}"]
+    part_bytes = two_payloads["a"]["part_bytes"]
+    victim = tmp / "vcA" / "parts" / f"p{offset // part_bytes + 1}"
+    data = bytearray(victim.read_bytes())
+    data[offset % part_bytes] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    bad = _device(repo, tmp / "vcB", "install", "--no-models", shared=str(tmp / "vcA"))
+    assert bad.returncode == 1
+    assert re.search(rf"whl/{re.escape(dep.name)}: sha256 [0-9a-f]{{64}} read from .*vcA/parts, manifest", bad.stderr)
+
+
+def test_a_part_leaves_room_for_the_repositorys_files(tmp_path, monkeypatch):
+    stage = _load_stage()
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "tracked.bin").write_bytes(b"x" * (5 << 20))
+    (tmp_path / "untracked.txt").write_bytes(b"y" * 1000)
+    (tmp_path / ".gitignore").write_text("/.devstage*/\n")
+    (tmp_path / ".devstage33").mkdir()
+    (tmp_path / ".devstage33" / "part").write_bytes(b"z" * (3 << 20))  # ignored: travels only when carried
+    subprocess.run(["git", "-C", str(tmp_path), "add", "tracked.bin", ".gitignore"], check=True)
+    assert stage.tree_bytes(tmp_path) == (5 << 20) + 1000 + len("/.devstage*/\n")
+    part, tree = stage.default_part_bytes(tmp_path), stage.tree_bytes(tmp_path)
+    assert part % (64 << 10) == 0 and (64 << 20) - (64 << 10) < part + tree + stage.CALL_MARGIN <= 64 << 20
+    monkeypatch.setattr(stage, "CALL_BYTES", 12 << 20)
+    with pytest.raises(stage.StageError, match="too little is left for a part"):
+        stage.default_part_bytes(tmp_path)
