@@ -767,7 +767,7 @@ def _warmup_statements(rel: Release, module: str, cls: str, method: str) -> Call
     path = rel.loader.module_file(module)
     body = ast.parse(path.read_text()).body
     klass = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-    fn = klass and next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    fn = next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == method), None) if klass else None
     if fn is None:
         raise DriverError(
             f"{module}.{cls}.{method} is missing from {rel.label}, where the DSA path needs it",
@@ -795,7 +795,8 @@ def _warmup_statements(rel: Release, module: str, cls: str, method: str) -> Call
         defaults=[],
     )
     name = f"{cls}_{method}_jit_warmup"
-    registrations = ast.FunctionDef(name=name, args=signature, body=copy.deepcopy(blocks), decorator_list=[])
+    body: list[ast.stmt] = [copy.deepcopy(b) for b in blocks]
+    registrations = ast.FunctionDef(name=name, args=signature, body=body, decorator_list=[])
     code = compile(ast.fix_missing_locations(ast.Module([registrations], [])), str(path), "exec")
     scratch: dict[str, Any] = {}
     exec(code, rel.loader.namespace(module), scratch)  # noqa: S102 - the release's own code
