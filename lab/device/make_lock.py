@@ -54,8 +54,11 @@ OPTIONAL_AT_IMPORT = (
 #: imported only at run time, found by the H200 runs of session 6 (v0.33.0): the loader's online-quantization probe
 #: imports compressed_tensors (which needs loguru); fused_q imports its CuTeDSL module (`import cutlass`) on any CUDA
 #: GPU. (distribution, extra-free names of what it needs carried alongside)
+#: (quack-kernels and its torch-c-dlpack-ext: vLLM 0.34.0's first forward on the H200 stopped on "No module named
+#: 'quack'", though the import probe passes with it hidden)
 RUNTIME = ("compressed-tensors", "loguru", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base",
-           "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu13")  # fmt: skip
+           "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu13", "quack-kernels",
+           "torch-c-dlpack-ext")  # fmt: skip
 #: never carried: cuda-tile shares the `cuda` namespace with the image's cuda-bindings (hidden as `cuda.tile` above,
 #: yet the namespace maps to it); the CUTLASS DSL's cu12 libs, which the cu13 ones replace (vLLM's [cu13] extra)
 EXCLUDED = frozenset({"cuda-tile", "nvidia-cutlass-dsl-libs-cu12"})

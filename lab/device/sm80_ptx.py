@@ -11,6 +11,7 @@ show which kernels took the sm_80 path.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 #: PTX that an sm_80 build never holds (wgmma, TMA bulk copies, setmaxnreg): its presence means the sm_80 path was
@@ -22,7 +23,14 @@ def stage_hook(record, device_arch: int):
     """A Triton `add_stages_inspection_hook`: keep the PTX stage of the sm_80 target, call `record` with one dict
     per compiled kernel, and assemble the PTX for `device_arch` (the GPU present, e.g. 90)."""
 
-    def hook(backend, stages, options, language, capability):
+    # Triton 3.8 also calls the hook with no arguments, for the key it adds to the kernel's cache key (a kernel
+    # built through this hook must not be taken for one built without it); Triton 3.6 does not
+    tag = f"sm80-ptx-for-sm_{device_arch}"
+    digest = hashlib.sha256(tag.encode()).hexdigest()
+
+    def hook(backend=None, stages=None, options=None, language=None, capability=None):
+        if stages is None:
+            return tag, digest
         make_ptx = stages["ptx"]
 
         def ptx(src, metadata):

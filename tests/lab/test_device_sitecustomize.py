@@ -17,7 +17,8 @@ import pytest
 
 pytest.importorskip("numpy", reason="numpy arrays stand in for tensors (numpy is installed by .ci/run)")
 
-HOOK_DIR = Path(__file__).resolve().parents[2] / "lab" / "device" / "sitecustomize"
+REPO = Path(__file__).resolve().parents[2]
+HOOK_DIR = REPO / "lab" / "device" / "sitecustomize"
 
 EMBEDDING = """
 class VocabParallelEmbedding:
@@ -351,3 +352,18 @@ def test_sm80_ptx_without_an_architecture_stops_the_process(tmp_path):
     code = "import triton.knobs\nprint('ran')"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "VC_SM80_PTX='yes'" in proc.stderr and "ran" not in proc.stdout
+
+
+def test_sm80_ptx_hook_answers_tritons_cache_key_call():
+    """Triton 3.8 calls the stages hook with no arguments for a key it mixes into every kernel's cache key (a
+    kernel built through the hook must not be confused with one built without it); Triton 3.6 never does. The key
+    names the assembling architecture, so the caches of two GPUs never share an entry."""
+    sys.path.insert(0, str(REPO / "lab" / "device"))
+    try:
+        import sm80_ptx
+    finally:
+        sys.path.remove(str(REPO / "lab" / "device"))
+    key90, hash90 = sm80_ptx.stage_hook(lambda rec: None, 90)()
+    key100, hash100 = sm80_ptx.stage_hook(lambda rec: None, 100)()
+    assert key90 == "sm80-ptx-for-sm_90" and len(hash90) == 64
+    assert (key90, hash90) != (key100, hash100)
