@@ -38,7 +38,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 
 import dsa_kernels  # noqa: E402  (the shape labels and top-k the kernel rows are keyed by)
 
-from vllm_compose import pp_plan  # noqa: E402
+from vllm_compose.pp import plan as pp_plan  # noqa: E402
 from vllm_compose.validation.recall_model import GLM5_INDEXCACHE, GLM5_LAYER  # noqa: E402
 
 LABEL = "PROJECTION (arithmetic from H200 kernel times and spec sheets; not measured on these cards)"
@@ -99,7 +99,7 @@ PEERS = (
 
 
 def glm5_shape() -> pp_plan.ModelShape:
-    """GLM-5.x as pp_plan reads a config: the per-layer sizes of the recall model's GLM-5 shape plus the whole-model
+    """GLM-5.x as pp.plan reads a config: the per-layer sizes of the recall model's GLM-5 shape plus the whole-model
     sizes of docs/CONTEXT.md (78 layers, 256 routed experts top-8, one shared, first 3 dense, vocab 154,880, one MTP
     layer)."""
     cfg = {

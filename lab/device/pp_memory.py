@@ -1,6 +1,6 @@
 """Check pp-plan's memory figures against vLLM's own profile: one stage's worth of a GLM-5-shaped model on one GPU.
 
-A lab script, not the product (`vllm_compose.pp_plan` is). On the device machine, after `lab/device/stage.py install`
+A lab script, not the product (`vllm_compose.pp.plan` is). On the device machine, after `lab/device/stage.py install`
 (v0.26.0's payload: the image has its torch):
 
     python3 lab/device/pp_memory.py --out $OUT/pp_memory.json             # 5 layers, MTP 0 and 1, ~4 min
@@ -147,7 +147,7 @@ def measure_one(layers: int, mtp: int, utilization: float, out: Path) -> int:
 
 def predict(layers: int, mtp: int, utilization: float, total_bytes: int) -> dict:
     """pp-plan's figures for the run's config: one stage (PP1) of `layers` layers on a GPU of `total_bytes`."""
-    from vllm_compose import pp_plan
+    from vllm_compose.pp import plan as pp_plan
 
     with tempfile.TemporaryDirectory(prefix="pp-memory-") as tmp:
         shape = pp_plan.read_config(write_config(Path(tmp), layers))

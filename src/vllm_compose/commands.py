@@ -387,8 +387,8 @@ def audit_series(args) -> int:
 def pp_plan(args) -> int:
     import json
 
-    from . import pp_plan
-    from .pp_report import render_plan
+    from .pp import plan as pp_plan
+    from .pp.report import render_plan
     from .report import write_json
 
     settings = pp_plan.Settings(

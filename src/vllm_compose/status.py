@@ -5,7 +5,7 @@ One row per release, one column per kind of evidence, so "composed" never stands
 composed (the compose wrote its branch) / audit / checks of the composed tree / the Ampere gate (the DSA-path Triton
 kernels, derived from the release's code, compiled for sm_80 and sm_86; the stock release's verdict beside it) /
 runs on a GPU (the configurations device result files show, validation.gpu_evidence) / the IndexCache top-k relay
-across PP stages (validation.topk_relay; the stock release's beside it) / the PR entries / the skew fixes. `report.render_status(rows)` writes the Markdown; `write_marked_section` puts it between markers in a docs file so
+across PP stages (pp.topk_relay; the stock release's beside it) / the PR entries / the skew fixes. `report.render_status(rows)` writes the Markdown; `write_marked_section` puts it between markers in a docs file so
 the rest of the page stays hand-written.
 """
 
@@ -19,9 +19,10 @@ from . import compose
 from .atomicfile import write_atomically
 from .cache import Cache
 from .errors import ComposeError
+from .pp import topk_relay
 from .results import ComposeResult, ComposeStatus
 from .series import version_of_tag
-from .validation import ampere_gate, topk_relay
+from .validation import ampere_gate
 from .validation.gate_env import GateEnvironmentError
 from .validation.gpu_evidence import collect_gpu_evidence
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import projection  # noqa: E402
 from projection import Card, ProjectionError, Scenario, StepParts  # noqa: E402
 
-from vllm_compose import pp_plan  # noqa: E402
+from vllm_compose.pp import plan as pp_plan  # noqa: E402
 
 SM80 = ROOT / "lab/results/2026-12-02/dsa_kernels_sm80.json"
 

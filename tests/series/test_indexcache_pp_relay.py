@@ -44,8 +44,8 @@ torch = pytest.importorskip("torch", reason="the release's model code runs on CP
 
 from vllm_compose.apply import apply_patches  # noqa: E402
 from vllm_compose.patchfile import parse_patch  # noqa: E402
+from vllm_compose.pp.topk_relay import called_module_functions  # noqa: E402
 from vllm_compose.series import load_series  # noqa: E402
-from vllm_compose.validation.topk_relay import called_module_functions  # noqa: E402
 
 pytestmark = [pytest.mark.sdist, pytest.mark.slow]
 

@@ -22,10 +22,10 @@ from types import SimpleNamespace
 import pytest
 from release_trees import release_files, release_functions
 
-from vllm_compose import pp_plan
 from vllm_compose.cli import main
 from vllm_compose.errors import ExitCode
-from vllm_compose.pp_plan import Settings, computes_topk, default_partition, plan, shape_from_config
+from vllm_compose.pp import plan as pp_plan
+from vllm_compose.pp.plan import Settings, computes_topk, default_partition, plan, shape_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases" / "pp-plan"

@@ -1,4 +1,4 @@
-"""`validation.topk_relay`: the per-release property the status table and `ampere-path` print, read from real release
+"""`pp.topk_relay`: the per-release property the status table and `ampere-path` print, read from real release
 trees (the PyPI sdists) with and without the series' relay entry, from v0.34.0, which relays by itself
 (`pp_topk_buffers` / `copy_pp_buffers`), and from trees whose relay is incomplete or doubled."""
 
@@ -11,9 +11,9 @@ from release_trees import release_commit
 
 from vllm_compose.apply import apply_patches
 from vllm_compose.patchfile import parse_patch
+from vllm_compose.pp.topk_relay import topk_crossing
 from vllm_compose.series import load_series
 from vllm_compose.trees import GitTree, OverlayTree
-from vllm_compose.validation.topk_relay import topk_crossing
 
 pytestmark = [pytest.mark.sdist]
 

@@ -396,9 +396,9 @@ def gate_release(
     import tempfile
 
     from ..errors import ComposeError
+    from ..pp.topk_relay import topk_crossing
     from ..trees import DirTree
     from . import coverage_record
-    from .topk_relay import topk_crossing
 
     release = (tag, "stock" if stock else "composed") if tag else None
     if record and release is None:

@@ -746,7 +746,7 @@ def ampere_path(composed: FileTree, stock: FileTree, tag: str) -> AmperePath:
                 admitted = [x.name for x in composed_path.backends if x.admits_ampere is not False]
                 detail = "the composed tree lists " + ", ".join(admitted) + " for 8.x, admitting sm_8x"
             classified.append(ClassifiedBlocker(b, Handling.REMOVED_BY_COMPOSE, detail, b))
-    from .topk_relay import topk_crossing
+    from ..pp.topk_relay import topk_crossing
 
     return AmperePath(tag, composed_path, stock_path, classified, topk_crossing(composed), topk_crossing(stock))
 

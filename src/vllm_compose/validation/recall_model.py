@@ -218,9 +218,9 @@ class RecallSpec:
 
 
 def is_shared_layer(shape: TinyGlmSpec, layer: int) -> bool:
-    """Whether decoder `layer` reuses an earlier layer's top-k, by vLLM's rule as `pp_plan.computes_topk` states it
+    """Whether decoder `layer` reuses an earlier layer's top-k, by vLLM's rule as `pp.plan.computes_topk` states it
     (the same in every release 0.26-0.33)."""
-    from ..pp_plan import computes_topk, shape_from_config
+    from ..pp.plan import computes_topk, shape_from_config
 
     return not computes_topk(shape_from_config(config_dict(shape), "recall model"), layer)
 

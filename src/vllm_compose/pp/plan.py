@@ -32,7 +32,7 @@ series entry 0009, two MLA pages per full layer, applies only when layers have d
 
 Estimates, not readings: the activation peak (`activation_bytes`, its docstring says how and how uncertain) and the
 non-torch allowance (`NON_TORCH_BYTES`). `lab/device/pp_memory.py` measures vLLM's own figures on a GPU to check them.
-Pure functions and dataclasses: nothing here prints, reads the environment or imports torch; `pp_report` renders
+Pure functions and dataclasses: nothing here prints, reads the environment or imports torch; `report` renders
 a plan as text.
 """
 
@@ -45,7 +45,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import ComposeError
+from ..errors import ComposeError
 
 GIB = 1024**3
 MIB = 1024**2

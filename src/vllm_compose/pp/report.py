@@ -1,10 +1,10 @@
-"""A pipeline-parallel plan (`pp_plan.Plan`) as a person reads it: the partition, each stage's layers, bytes and KV
+"""A pipeline-parallel plan (`plan.Plan`) as a person reads it: the partition, each stage's layers, bytes and KV
 tokens, which stages start on a shared layer, and the all-full alternative with its cost (`vllm-compose pp-plan`).
 """
 
 from __future__ import annotations
 
-from .pp_plan import GIB, Partition, Plan, Stage
+from .plan import GIB, Partition, Plan, Stage
 
 
 def _layers(stage_: Stage) -> str:

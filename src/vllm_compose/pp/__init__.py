@@ -1,0 +1,9 @@
+"""Pipeline parallelism for a DSA model: where to cut the layers, and whether a release carries what a cut needs.
+
+* `plan`: a `VLLM_PP_LAYER_PARTITION` for GLM-5.x / DeepSeek-V3.2 from the model's `config.json` (the release's
+  IndexCache rule, bytes and KV tokens per stage, the search); pure functions, no torch;
+* `report`: that plan as a person reads it (`vllm-compose pp-plan`);
+* `topk_relay`: whether a release's model relays the IndexCache top-k rows to the next stage, read by syntax from
+  the release's tree with the DSA path's reader (`ampere.release_source`, `ampere.dsa_path`): the per-release
+  property the status table and `ampere-path` print.
+"""
