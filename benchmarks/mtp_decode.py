@@ -4,7 +4,7 @@ Single-stream decode (one prompt, greedy, `--max-tokens` new tokens, EOS ignored
 number is decode-dominated. Acceptance = accepted draft tokens / proposed draft tokens from vLLM's spec-decode
 counters over the timed request. With the tiny random-init model the draft layer is untrained: its acceptance says
 the MTP path ran, not how well MTP predicts (the real GLM-5.x MTP head is trained). With the cycle model
-(`TinyGlmSpec(weights="cycle")`) acceptance is designed: `vllm_compose.validation.expected.predicted_spec_counters`
+(`TinyGlmSpec(weights="cycle")`) acceptance is designed: `vllm_compose.proof.expected.predicted_spec_counters`
 gives the exact counts the timed request must report (lab/notebook/validation.md: 115/141 with one draft, 150/212
 with two).
 

@@ -39,7 +39,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 import dsa_kernels  # noqa: E402  (the shape labels and top-k the kernel rows are keyed by)
 
 from vllm_compose.pp import plan as pp_plan  # noqa: E402
-from vllm_compose.validation.recall_model import GLM5_INDEXCACHE, GLM5_LAYER  # noqa: E402
+from vllm_compose.proof.recall_model import GLM5_INDEXCACHE, GLM5_LAYER  # noqa: E402
 
 LABEL = "PROJECTION (arithmetic from H200 kernel times and spec sheets; not measured on these cards)"
 

@@ -1,6 +1,6 @@
 """End-to-end decode speed of the recall model at GLM-5's per-layer shape, with MTP acceptance set by construction.
 
-The recall model (`vllm_compose.validation.recall_model`) makes MTP's first draft right for a chosen fraction of the
+The recall model (`vllm_compose.proof.recall_model`) makes MTP's first draft right for a chosen fraction of the
 chain (`with_draft_acceptance`), so the speed-up of MTP 1 / 2 against no MTP is measured along a curve of
 acceptance, not at one point. Each configuration runs in its own engine (one process): a batch of `--batch`
 concurrent requests of `--context` tokens, greedy, generated twice, with 1 and with `--tokens` new tokens; decode
@@ -82,7 +82,7 @@ def read_results(paths: list[Path]) -> list[dict]:
 
 
 def _first_draft_rate(metrics: dict, mtp: int) -> float | None:
-    from vllm_compose.validation.recall_run import judge_drafts
+    from vllm_compose.proof.recall_run import judge_drafts
 
     drafts = judge_drafts(metrics, mtp)
     if not drafts["drafts"] or not drafts["accepted_per_position"]:
@@ -92,9 +92,9 @@ def _first_draft_rate(metrics: dict, mtp: int) -> float | None:
 
 def run(args) -> dict:
 
-    from vllm_compose.validation.proof import GRAPHS, SERVING_ENV
-    from vllm_compose.validation.recall_model import make_prompts, predict, spec_from_json
-    from vllm_compose.validation.recall_run import Suite, engine, generate, spec_metrics
+    from vllm_compose.proof.recall_model import make_prompts, predict, spec_from_json
+    from vllm_compose.proof.recall_run import Suite, engine, generate, spec_metrics
+    from vllm_compose.proof.suites import GRAPHS, SERVING_ENV
 
     os.environ.update(SERVING_ENV)
     spec = spec_from_json(json.loads((Path(args.model) / "recall_spec.json").read_text()))
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("results", nargs="+", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "model":
-        from vllm_compose.validation.recall_model import glm5_spec, with_draft_acceptance, write_checkpoint
+        from vllm_compose.proof.recall_model import glm5_spec, with_draft_acceptance, write_checkpoint
 
         write_checkpoint(with_draft_acceptance(glm5_spec(), args.acceptance), Path(args.out), device="cuda")
         return 0

@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from vllm_compose.errors import ComposeError  # noqa: E402
-from vllm_compose.validation.proof import GRAPHS, SERVING_ENV  # noqa: E402
+from vllm_compose.proof.suites import GRAPHS, SERVING_ENV  # noqa: E402
 
 
 class ServeError(ComposeError):
@@ -452,7 +452,7 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
     batch size (path `serve-stream` and `serve`), in the offline rows' format."""
     from recall_e2e import decode_rates
 
-    from vllm_compose.validation.recall_model import make_prompts, predict, spec_from_json
+    from vllm_compose.proof.recall_model import make_prompts, predict, spec_from_json
 
     spec = spec_from_json(json.loads((Path(plan.model_dir) / "recall_spec.json").read_text()))
     base = {

@@ -8,7 +8,7 @@ CPU (the interpreter must be on before the kernels are decorated, and must not l
 
 ROOT holds vllm/v1/attention/ops/{mqa_logits_triton,triton_mla_sparse_kernel}.py; they are loaded without vLLM
 through lab/device/kernel_offsets.py's `install_vllm_shim`. This script computes no reference: the test does, with
-`vllm_compose.validation.dsa_oracle`, in its own process. Each autotuned kernel runs with its first config only (the
+`vllm_compose.proof.dsa_oracle`, in its own process. Each autotuned kernel runs with its first config only (the
 interpreter would otherwise run every config to time it, for the same result); the config is saved with the run.
 
 Two limits of Triton 3.6's interpreter are corrected in the interpreter (never in the kernels), each function

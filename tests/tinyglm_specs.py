@@ -1,8 +1,8 @@
-"""The tiny GLM-DSA checkpoint specs the tests write (`validation.tinyglm`): small, and the cycle model."""
+"""The tiny GLM-DSA checkpoint specs the tests write (`proof.tinyglm`): small, and the cycle model."""
 
 from __future__ import annotations
 
-from vllm_compose.validation.tinyglm import TinyGlmSpec
+from vllm_compose.proof.tinyglm import TinyGlmSpec
 
 #: small enough to write in milliseconds, keeping the widths the kernels fix (576-wide latent, 128-wide indexer head)
 SMALL = TinyGlmSpec(

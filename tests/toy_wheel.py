@@ -69,7 +69,7 @@ def make_stock_wheel(folder: Path, tamper: dict[str, bytes] | None = None) -> Pa
 
 def gate_report(ok: bool):
     """An Ampere gate report of one kernel that compiles (`ok`) or does not: the toy tree has no DSA path."""
-    from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
+    from vllm_compose.ampere.gate import AmpereGateReport, KernelVerdict
 
     kernel = KernelVerdict("vllm.k", "_fused_q_kernel", 80, 2, 0 if ok else 2, None if ok else "fp8e4nv not supported")
     return AmpereGateReport("toy", kernels=[kernel], derived={"sm_80": 2})

@@ -16,8 +16,8 @@ from pathlib import Path
 
 # the device machine runs this from a copy of the working tree, where vllm_compose is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from vllm_compose.validation.expected import first_difference, judge  # noqa: E402
-from vllm_compose.validation.tinyglm import TinyGlmSpec, TokenCycle, prompts  # noqa: E402
+from vllm_compose.proof.expected import first_difference, judge  # noqa: E402
+from vllm_compose.proof.tinyglm import TinyGlmSpec, TokenCycle, prompts  # noqa: E402
 
 #: label prefix -> (baseline run, model folder under the stage, judged against the cycle prediction)
 MODELS = {

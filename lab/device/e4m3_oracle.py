@@ -47,9 +47,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from vllm_compose.ampere.kernel_gate import ReleaseLoader  # noqa: E402
 from vllm_compose.errors import ComposeError  # noqa: E402
 from vllm_compose.patchfile import join_lines, parse_patch  # noqa: E402
-from vllm_compose.validation.kernel_gate import ReleaseLoader  # noqa: E402
 
 E4M3_PATH = "vllm/models/deepseek_v32/common/e4m3.py"
 E4M3_MODULE = "vllm.models.deepseek_v32.common.e4m3"

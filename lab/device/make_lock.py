@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "src"))  # the tool's package, not installed where
 
 from dsa_modules import dsa_modules  # noqa: E402  lab/device/, the script's folder
 
-from vllm_compose.validation.ampere_facts import GPUS  # noqa: E402
+from vllm_compose.ampere.facts import GPUS  # noqa: E402
 
 PYTHON = "/root/.pyenv/versions/3.12.1/bin/python3"
 KINDS = Path("/work/.library/device/KINDS.md")

@@ -1,6 +1,6 @@
 """The DSA oracle against the compose's Triton kernels on a GPU, at GLM-5's per-layer shape.
 
-A lab script: `vllm_compose.validation.dsa_oracle` (fp32 torch) against PR #38476's kernels as composed
+A lab script: `vllm_compose.proof.dsa_oracle` (fp32 torch) against PR #38476's kernels as composed
 (`mqa_logits_triton.py`, `triton_mla_sparse_kernel.py`, loaded from `--tree` under `kernel_offsets`' stand-in
 `vllm`), for the indexer's paged decode logits and their top-k, the prefill logits, and the sparse-MLA attention:
 
@@ -39,7 +39,7 @@ def main() -> int:
     import torch
     from kernel_offsets import install_vllm_shim
 
-    from vllm_compose.validation import dsa_oracle as o
+    from vllm_compose.proof import dsa_oracle as o
 
     mods = install_vllm_shim(args.tree)
     torch.manual_seed(0)

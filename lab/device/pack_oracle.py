@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import torch  # noqa: E402
 
-from vllm_compose.validation.kernel_gate import ReleaseLoader  # noqa: E402
+from vllm_compose.ampere.kernel_gate import ReleaseLoader  # noqa: E402
 
 
 def main() -> int:

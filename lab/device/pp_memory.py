@@ -9,7 +9,7 @@ A lab script, not the product (`vllm_compose.pp.plan` is). On the device machine
 Each configuration runs in a fresh process (`--one`; vLLM keeps global state per process) with the serving
 environment of `lab/device/validate.py` and the composed tree at the Ampere capability (`VC_FAKE_CAPABILITY=8.0`,
 `TRITON_MLA_SPARSE`), as `lab/device/run_all.sh` runs it. That process writes a config.json with GLM-5.x's shapes
-(`vllm_compose.validation.tinyglm.config_dict`: hidden 6144, 64 heads, q_lora 2048, kv_lora 512, QK 192 + 64,
+(`vllm_compose.proof.tinyglm.config_dict`: hidden 6144, 64 heads, q_lora 2048, kv_lora 512, QK 192 + 64,
 V 256, indexer 32 x 128, 256 experts top-8 of width 2048, vocab 154880, IndexCache freq 4 offset 3) and N decoder
 layers (default 5: layers 0-2 dense and full, 3-4 MoE and shared), starts vLLM's engine with `load_format=dummy` at
 the given `--gpu-memory-utilization` (PP1: the one stage holds the embedding, the LM head and, with MTP, the MTP
@@ -73,7 +73,7 @@ SERVE = dict(block_size=64, max_num_batched_tokens=8192, max_num_seqs=256, max_m
 
 def write_config(folder: Path, layers: int) -> Path:
     """config.json of the GLM-5-shaped model with `layers` decoder layers (no weights: load_format=dummy)."""
-    from vllm_compose.validation.tinyglm import TinyGlmSpec, config_dict
+    from vllm_compose.proof.tinyglm import TinyGlmSpec, config_dict
 
     spec = TinyGlmSpec(
         num_hidden_layers=layers,

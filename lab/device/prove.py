@@ -1,7 +1,7 @@
-"""On the device machine: the recall model's proof suites (vllm_compose.validation.recall_run), one engine per process.
+"""On the device machine: the recall model's proof suites (vllm_compose.proof.recall_run), one engine per process.
 
     python3 lab/device/prove.py model --out /tmp/vc/recall [--tiny]      # write the GLM-5-shaped recall checkpoint
-    python3 lab/device/prove.py suite NAME --model /tmp/vc/recall --out RESULT.json   # a suite of proof.SUITES
+    python3 lab/device/prove.py suite NAME --model /tmp/vc/recall --out RESULT.json   # a suite of proof.suites.SUITES
 
 `lab/device/prove.sh` runs the suites of a release with the environment `lab/device/run_all.sh` uses (the staged site, the
 sm_80 platform answers from lab/device/sitecustomize).
@@ -36,7 +36,7 @@ def main() -> int:
     if args.cmd == "model":
         import dataclasses
 
-        from vllm_compose.validation.recall_model import glm5_spec, tiny_spec, write_checkpoint
+        from vllm_compose.proof.recall_model import glm5_spec, tiny_spec, write_checkpoint
 
         t0 = time.perf_counter()
         spec = dataclasses.replace(tiny_spec() if args.tiny else glm5_spec(), moe_quant=args.moe_quant)
@@ -47,9 +47,9 @@ def main() -> int:
 
     for k, v in AMPERE_ENV.items():
         os.environ.setdefault(k, v)
-    from vllm_compose.validation.proof import SERVING_ENV
-    from vllm_compose.validation.proof import suite as named_suite
-    from vllm_compose.validation.recall_run import run_suite
+    from vllm_compose.proof.recall_run import run_suite
+    from vllm_compose.proof.suites import SERVING_ENV
+    from vllm_compose.proof.suites import suite as named_suite
 
     os.environ.update(SERVING_ENV)
     suite = named_suite(args.name, Path(args.model))

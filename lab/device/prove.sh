@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the device machine, after `lab/device/stage.py receive 1..N` and `install`: the recall model's proof suites.
 #   lab/device/prove.sh model            write the GLM-5-shaped recall checkpoint to /tmp/vc/recall (on the GPU)
-#   lab/device/prove.sh SUITE...         run suites of vllm_compose.validation.proof.SUITES, one engine each,
+#   lab/device/prove.sh SUITE...         run suites of vllm_compose.proof.suites.SUITES, one engine each,
 #                                        within VC_BUDGET_S (540)
 # Results: /tmp/vc/prove/LABEL.json (kept while the machine is warm), copied to $OUT.
 # VC_SM80_PTX=90: every Triton compile (vLLM's and Inductor's) targets sm_80 and is assembled for the H200

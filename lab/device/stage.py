@@ -541,7 +541,7 @@ def write_models(dest: Path, layers: int = int(os.environ.get("VC_LAYERS", "4"))
     """The four tiny checkpoints of the validation runs (lab/device/run_all.sh's VC_MODEL names them)."""
     # the device machine runs `install` from a copy of the working tree, where vllm_compose is not installed
     sys.path.insert(0, str(REPO / "src"))
-    from vllm_compose.validation.tinyglm import TinyGlmSpec, generate
+    from vllm_compose.proof.tinyglm import TinyGlmSpec, generate
 
     generate(TinyGlmSpec(num_hidden_layers=layers), dest / "tiny", max_model_len=1024)
     generate(TinyGlmSpec(num_hidden_layers=layers, fixed_routing=True), dest / "tiny_fixed", max_model_len=1024)

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 # the device machine runs this from a copy of the working tree, where vllm_compose is not installed
 sys.path.insert(0, str(REPO / "src"))
 
-from vllm_compose.validation.proof import SERVING_ENV  # noqa: E402  (the user guide's serving environment)
+from vllm_compose.proof.suites import SERVING_ENV  # noqa: E402  (the user guide's serving environment)
 
 #: the Ampere serving environment (lab/notebook/validation.md explains each); set before vLLM is imported: the user
 #: guide's, with the engine in its own process, DeepGEMM off, and NVLink multicast off on the lab's machines
@@ -136,8 +136,8 @@ def main() -> int:
 
     for k, v in AMPERE_ENV.items():
         os.environ.setdefault(k, v)
-    from vllm_compose.validation.expected import first_difference
-    from vllm_compose.validation.tinyglm import TinyGlmSpec, pp_layer_partition, prompts
+    from vllm_compose.proof.expected import first_difference
+    from vllm_compose.proof.tinyglm import TinyGlmSpec, pp_layer_partition, prompts
 
     spec_file = Path(args.model) / "tinyglm_spec.json"
     spec = TinyGlmSpec(**json.loads(spec_file.read_text()))
@@ -222,7 +222,7 @@ def main() -> int:
         result["prompt_lens"] = [len(p) for p in prompts(spec, args.prompts)]
         result["token_ids"] = late_tokens if args.late else [list(o.outputs[0].token_ids) for o in outs]
         if args.logprobs:
-            # per prompt, per position: [[token id, logprob], ...] of the top-n (vllm_compose.validation.expected)
+            # per prompt, per position: [[token id, logprob], ...] of the top-n (vllm_compose.proof.expected)
             result["top_logprobs"] = [
                 [[[int(t), round(float(x.logprob), 5)] for t, x in lp.items()] for lp in o.outputs[0].logprobs or []]
                 for o in outs

@@ -3,7 +3,7 @@
     python lab/recordings/gate.py $COMPOSED /path/to/composed                           # the folder holding vllm/
     python lab/recordings/gate.py lab/recordings/stock-v0.26.0-sm80.json /path/to/vllm-0.26.0  # fails: fp8e4nv, sm_80
 
-where COMPOSED=src/vllm_compose/validation/recordings/composed-v0.26.0-sm80.json (package data: the Ampere gate reads
+where COMPOSED=src/vllm_compose/ampere/recordings/composed-v0.26.0-sm80.json (package data: the Ampere gate reads
 it to report its coverage, so it ships in the wheel).
 
 Exit status 0 when every record compiles for every target, 1 otherwise; `--json FILE` writes the per-kernel results.

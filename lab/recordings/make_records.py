@@ -7,7 +7,7 @@ Records accumulate: the kernels and runs already in the two files are kept, and 
 (validation sessions record different shapes, e.g. the cycle model's vocabulary of 512).
 
 composed-v0.26.0-sm80.json   every Triton compilation of the composed tree's runs under the sm_80 override; package
-                             data (src/vllm_compose/validation/recordings/), as the Ampere gate reads it
+                             data (src/vllm_compose/ampere/recordings/), as the Ampere gate reads it
 stock-v0.26.0-sm80.json      derived (see its "derivation"): stock 0.26.0 on sm_80 stops at start-up (the indexer
                              refuses to run without DeepGEMM) before any kernel launches; the kernel its Indexer
                              launches on every CUDA GPU, and that the compose gates to sm_89+, is the fused
@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: where each recording lives: the composed one is package data, the stock one stays here
 PLACES = {
-    "composed-v0.26.0-sm80.json": HERE.parents[1] / "src" / "vllm_compose" / "validation" / "recordings",
+    "composed-v0.26.0-sm80.json": HERE.parents[1] / "src" / "vllm_compose" / "ampere" / "recordings",
     "stock-v0.26.0-sm80.json": HERE,
 }
 PORTABLE = ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion", "launch_cooperative_grid", "maxnreg")

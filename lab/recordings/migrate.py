@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT = HERE.parents[1] / "src" / "vllm_compose" / "validation" / "recordings" / "composed-v0.26.0-sm80.json"
+DEFAULT = HERE.parents[1] / "src" / "vllm_compose" / "ampere" / "recordings" / "composed-v0.26.0-sm80.json"
 
 
 class MigrateError(Exception):
@@ -40,13 +40,8 @@ def parse_value(text: str):
 
 def migrate(recording: Path, tree: Path, module: str, qualname: str, values: dict, because: str) -> int:
     """Rewrite `recording` in place; return how many records were carried over."""
+    from vllm_compose.ampere.kernel_gate import ReleaseLoader, migrate_specialization, run_gate, stale_record
     from vllm_compose.atomicfile import write_atomically
-    from vllm_compose.validation.kernel_gate import (
-        ReleaseLoader,
-        migrate_specialization,
-        run_gate,
-        stale_record,
-    )
 
     data = json.loads(recording.read_text())
     mine = [k for k in data["kernels"] if (k["module"], k["qualname"]) == (module, qualname)]

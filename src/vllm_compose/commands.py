@@ -1,7 +1,7 @@
 """One function per command: the parsed options in, the library called, its report printed, the exit code out.
 
 `cli.main` parses the command line and dispatches here; the work itself is in the modules of its nouns (compose,
-review, status, artifacts, validation, ...), which return values and raise `ComposeError`s. Only this layer and
+review, status, artifacts, ampere, proof, pp, ...), which return values and raise `ComposeError`s. Only this layer and
 `cli` print.
 """
 
@@ -290,10 +290,10 @@ def status(args) -> int:
 
 
 def ampere_path(args) -> int:
+    from .ampere import dsa_path
     from .composed_branch import open_branch
     from .report import write_json
     from .status import write_marked_section
-    from .validation import dsa_path
 
     paths = []
     for tag in args.onto:
@@ -314,7 +314,7 @@ def _say(line: str) -> None:
 
 
 def ampere_gate(args) -> int:
-    from .validation.ampere_gate import gate_release, render, write_report
+    from .ampere.gate import gate_release, render, write_report
 
     report = gate_release(
         args.repo, args.series, args.onto, stock=args.stock, tree=args.tree, record=args.record_coverage, progress=_say
@@ -326,8 +326,8 @@ def ampere_gate(args) -> int:
 
 
 def kernel_gate(args) -> int:
+    from .ampere.kernel_gate import load_records, render_results, run_gate
     from .report import write_json
-    from .validation.kernel_gate import load_records, render_results, run_gate
 
     results = run_gate(load_records(args.records), args.tree)
     print(render_results(results), end="")
@@ -476,7 +476,7 @@ class _progress:
 
 
 def prove(args) -> int:
-    from .validation import proof
+    from .proof import suites as proof
 
     if args.list:
         for name, fields in proof.SUITES.items():

@@ -7,7 +7,7 @@ that does not descend from the release: the compose writes the branch only when 
 a branch is a ref anyone can move. (What an artifact re-checks before it is built is `artifacts.clearance`.)
 
 This module sits below both the compose (which labels the branch it writes, `compose_label`) and the artifacts and
-validation that read the branch, so neither has to import the other.
+gates that read the branch, so neither has to import the other.
 
 The version label (`local_label`): `compose.<PR numbers>.g<digest>`, e.g. `compose.46994.38476.g1a2b3c4`. The PR
 numbers say what is in it (the issue's example form). The `g` + first 7 hex digits of the overlay digest (sha256

@@ -5,8 +5,9 @@ them with golden files): `render_compose` (a compose run), `render_audit` (where
 (the status table, Markdown), `render_series_diff` (two compose branches entry by entry), `render_image_overlay`
 (composing onto an installed vLLM), and the CI's Markdown (`render_ci_summary`, `render_ci_issue`,
 `render_ci_gate_issue`), which read a compose's JSON report because the CI renders in a later step. `write_json`
-writes any result's `to_json()`: the one place JSON is produced. (The validation gates, `validation/`, render their
-own reports: they are the GPU-evidence tools, not the compose pipeline.)
+writes any result's `to_json()`: the one place JSON is produced. (The Ampere gate, `ampere/`, the pipeline plan,
+`pp/`, and the GPU proof, `proof/`, render their own reports: they are products of their own, not the compose
+pipeline.)
 """
 
 from __future__ import annotations

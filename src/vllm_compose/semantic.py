@@ -291,8 +291,8 @@ class _TreeRunner:
         self.seconds = 0.0
 
     def diagnostics(self, commit) -> list[Diagnostic]:
+        from .ampere.gate import export_tree
         from .trees import GitTree
-        from .validation.ampere_gate import export_tree
 
         key = str(commit.tree_id)
         if key not in self.cache and self.store is not None:

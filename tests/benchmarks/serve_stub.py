@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from vllm_compose.validation.tinyglm import SPECIAL_TOKENS  # noqa: E402
+from vllm_compose.proof.tinyglm import SPECIAL_TOKENS  # noqa: E402
 
 KV_LOG = "INFO Available KV cache memory: 12.50 GiB\nINFO GPU KV cache size: 1,000,000 tokens\n"
 

@@ -23,8 +23,8 @@ import recall_serve as rs  # noqa: E402
 import serve_stub  # noqa: E402
 from recall_e2e import main, table  # noqa: E402
 
-from vllm_compose.validation.proof import GRAPHS  # noqa: E402
-from vllm_compose.validation.recall_model import make_prompts, predict, spec_to_json, tiny_spec  # noqa: E402
+from vllm_compose.proof.recall_model import make_prompts, predict, spec_to_json, tiny_spec  # noqa: E402
+from vllm_compose.proof.suites import GRAPHS  # noqa: E402
 
 STUB = str(Path(serve_stub.__file__))
 

@@ -1,6 +1,6 @@
 """The candidate sparse-MLA decode kernel of lab/candidates/perf-sparse-mla-decode-all-heads.patch (not a series
 entry: it has no GPU numbers yet), run in Triton's interpreter on a CPU and held against
-`vllm_compose.validation.dsa_oracle` and against the kernel it replaces.
+`vllm_compose.proof.dsa_oracle` and against the kernel it replaces.
 
 CI has no composed tree, so both kernels come from the candidate's own patch: its single hunk covers
 triton_mla_sparse_kernel.py from line 1 to its end, so its pre-image is the composed v0.26.0 module (PR #38476's
@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .
 pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
 
 from vllm_compose.patchfile import parse_patch  # noqa: E402
-from vllm_compose.validation import dsa_oracle as o  # noqa: E402
+from vllm_compose.proof import dsa_oracle as o  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CANDIDATE = REPO / "lab" / "candidates" / "perf-sparse-mla-decode-all-heads.patch"

@@ -13,8 +13,8 @@ pytest.importorskip("numpy", reason="the tiny checkpoint generator needs numpy (
 
 from tinyglm_specs import CYCLE  # noqa: E402
 
-from vllm_compose.validation.expected import SpecCounters, expected_tokens, predicted_spec_counters  # noqa: E402
-from vllm_compose.validation.tinyglm import TokenCycle, generate, prompts  # noqa: E402
+from vllm_compose.proof.expected import SpecCounters, expected_tokens, predicted_spec_counters  # noqa: E402
+from vllm_compose.proof.tinyglm import TokenCycle, generate, prompts  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = CYCLE  # the small cycle model (tinyglm_specs.py)

@@ -273,7 +273,7 @@ def _platform_run(tmp_path, capability: str) -> subprocess.CompletedProcess:
 
 
 def test_the_platform_answers_the_faked_capability_read_by_the_tools_ampere_facts(tmp_path):
-    facts = importlib.import_module("vllm_compose.validation.ampere_facts")
+    facts = importlib.import_module("vllm_compose.ampere.facts")
     for gpu in facts.GPUS:
         text = f"{gpu.capability[0]}.{gpu.capability[1]}"
         proc = _platform_run(tmp_path / text, text)
@@ -289,7 +289,7 @@ def test_a_malformed_capability_stops_the_platform_import_naming_the_value(tmp_p
 
 
 def test_run_all_fakes_only_ampere_capabilities():
-    facts = importlib.import_module("vllm_compose.validation.ampere_facts")
+    facts = importlib.import_module("vllm_compose.ampere.facts")
     table = (HOOK_DIR.parent / "run_all.sh").read_text().split("TABLE='", 1)[1].split("'", 1)[0]
     faked = {row.split()[4] for row in table.splitlines() if row.strip()} - {"-"}
     assert faked and {facts.parse_capability(c) for c in faked} <= set(facts.CAPABILITIES), faked

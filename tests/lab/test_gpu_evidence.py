@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vllm_compose.errors import ComposeError
-from vllm_compose.validation.gpu_evidence import RunConfig, collect_gpu_evidence
+from vllm_compose.gpu_evidence import RunConfig, collect_gpu_evidence
 
 RESULTS = Path(__file__).resolve().parents[2] / "lab" / "results"
 
@@ -136,7 +136,7 @@ def test_recall_suites_join_the_cell_with_their_faults_contexts_and_offsets(tmp_
 def test_recall_cell_says_whether_each_run_imported_this_composes_dsa_files(tmp_path):
     """A result records the DSA files it imported (`dsa_sources`); the status knows the current compose's: the cell
     says which runs were of this compose, which of an earlier one, and which did not record it."""
-    from vllm_compose.validation.gpu_evidence import tree_provenance
+    from vllm_compose.gpu_evidence import tree_provenance
 
     current = {"vllm.a": "1111", "vllm.b": "2222"}
     _recall(tmp_path, "2026-12-03", "a.json", "eager", True, version="0.33.0")

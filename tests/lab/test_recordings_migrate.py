@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("triton", reason="the compile gate needs triton (see .ci/run)")
 
-from vllm_compose.validation.kernel_gate import (  # noqa: E402
+from vllm_compose.ampere.kernel_gate import (
     KernelGateError,
     ReleaseLoader,
     migrate_specialization,

@@ -1,5 +1,5 @@
 """Series entry perf-paged-mqa-logits-bit-decode-shared-k (0040): the indexer's paged decode logits kernel as that
-entry writes it, run in Triton's interpreter on a CPU and held against `vllm_compose.validation.dsa_oracle` and
+entry writes it, run in Triton's interpreter on a CPU and held against `vllm_compose.proof.dsa_oracle` and
 against the lookup table PR #38476's kernel decodes fp8 through.
 
 CI has no composed tree (composing needs the pinned PR diffs, which come from GitHub only), so the kernel comes from
@@ -31,8 +31,8 @@ torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .
 pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
 
 from vllm_compose.patchfile import parse_patch  # noqa: E402
+from vllm_compose.proof import dsa_oracle as o  # noqa: E402
 from vllm_compose.series import load_series  # noqa: E402
-from vllm_compose.validation import dsa_oracle as o  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = "perf-paged-mqa-logits-bit-decode-shared-k"

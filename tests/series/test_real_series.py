@@ -161,10 +161,10 @@ def test_ampere_compile_gate_stock_fails_compose_passes(composed, tmp_path):
     """The recorded sm_80 kernels: stock 0.26.0's fused indexer-q kernel cannot compile below sm_89; the compose
     does not launch it on Ampere, and its sparse-attention and indexer kernels compile for sm_80 and sm_86."""
     pytest.importorskip("triton", reason="the compile gate needs triton (installed by .ci/run)")
-    from vllm_compose.validation.kernel_gate import load_records, run_gate
+    from vllm_compose.ampere.kernel_gate import load_records, run_gate
 
     _, _, _, _, repo = composed
-    from vllm_compose.validation.ampere_gate import RECORDINGS
+    from vllm_compose.ampere.gate import RECORDINGS
 
     stock_recording = Path(__file__).resolve().parents[2] / "lab" / "recordings" / "stock-v0.26.0-sm80.json"
     stock = _export(repo, "v0.26.0", tmp_path / "stock")

@@ -16,8 +16,8 @@ from release_trees import composed_tree
 
 triton = pytest.importorskip("triton", reason="the compile gate needs triton (see .ci/run)")
 
-from vllm_compose.validation.ampere_gate import RECORDINGS  # noqa: E402
-from vllm_compose.validation.kernel_gate import KernelGateError, load_records, run_gate  # noqa: E402
+from vllm_compose.ampere.gate import RECORDINGS  # noqa: E402
+from vllm_compose.ampere.kernel_gate import KernelGateError, load_records, run_gate  # noqa: E402
 
 STOCK_RECORDING = Path(__file__).resolve().parents[2] / "lab" / "recordings" / "stock-v0.26.0-sm80.json"
 COMPOSED_RECORDING = RECORDINGS["0.26.0"]

@@ -258,8 +258,8 @@ def test_editable_prints_the_precompiled_command(composed, capsys) -> None:
 
 @pytest.fixture
 def gate_says(monkeypatch):
-    from vllm_compose.validation import ampere_gate
-    from vllm_compose.validation.gate_env import GateEnvironmentError
+    from vllm_compose.ampere import gate as ampere_gate
+    from vllm_compose.ampere.gate_env import GateEnvironmentError
 
     def set_result(ok: bool | None, unavailable: str | None = None) -> None:
         def gate(tree, label="", release=None, **kw):

@@ -156,9 +156,9 @@ def test_compose_release_unreviewed_landing_writes_issue_body_and_builds_no_whee
 def test_compose_release_gate_refusal_writes_issue_body_naming_the_kernels(tmp_path, monkeypatch) -> None:
     from toy_wheel import gate_report, make_stock_wheel
 
-    from vllm_compose.validation import ampere_gate
+    from vllm_compose.ampere import gate
 
-    monkeypatch.setattr(ampere_gate, "gate_in_environment", lambda tree, label="", **kw: gate_report(False))
+    monkeypatch.setattr(gate, "gate_in_environment", lambda tree, label="", **kw: gate_report(False))
     series, repo = _toy(tmp_path)
     out = tmp_path / "out"
     rc = run_compose_release(series, repo, out, tmp_path, "--stock-wheel", str(make_stock_wheel(tmp_path / "stock")))

@@ -1,4 +1,4 @@
-"""The DSA reference (`vllm_compose.validation.dsa_oracle`): hand-made cases with answers worked out by hand, and the
+"""The DSA reference (`vllm_compose.proof.dsa_oracle`): hand-made cases with answers worked out by hand, and the
 compose's own Triton kernels run in the Triton interpreter against it.
 
 The hand-made cases carry the weight in CI: they need only torch. The cache bytes of the layout cases are written
@@ -27,7 +27,7 @@ from release_trees import composed_tree
 
 torch = pytest.importorskip("torch", reason="the DSA oracle needs torch (see .ci/run)")
 
-from vllm_compose.validation import dsa_oracle as o  # noqa: E402
+from vllm_compose.proof import dsa_oracle as o  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "dsa_kernels_interpreted.py"

@@ -1,4 +1,4 @@
-"""The DSA path analysis (validation/dsa_path.py) on synthetic look-alike vLLM trees, and on real releases (sdist).
+"""The DSA path analysis (ampere/dsa_path.py) on synthetic look-alike vLLM trees, and on real releases (sdist).
 
 A look-alike tree is a dict of files: `BASE` is a stock release in miniature (registry, a CUDA/ROCm package
 `__init__`, the MTP rewrite, the CUDA backend priorities, an indexer with a DeepGEMM call, a fused kernel converting
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from release_trees import release_tree
 
+from vllm_compose.ampere import dsa_path
+from vllm_compose.ampere.dsa_path import Handling
 from vllm_compose.status import write_marked_section
 from vllm_compose.trees import DirTree
-from vllm_compose.validation import dsa_path
-from vllm_compose.validation.dsa_path import Handling
 
 BASE = {
     "vllm/model_executor/models/registry.py": """

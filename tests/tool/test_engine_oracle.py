@@ -1,4 +1,4 @@
-"""The in-engine DSA oracle (`validation.engine_oracle`) on a CPU, against a stand-in of the four vLLM modules it
+"""The in-engine DSA oracle (`proof.engine_oracle`) on a CPU, against a stand-in of the four vLLM modules it
 wraps: every check runs and passes on a faithful path, each corruption makes its check fail, a kernel bug that is
 not a corruption is caught, and records made inside a (simulated) CUDA-graph capture are checked after replay."""
 
@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vllm_compose.validation import dsa_oracle as o  # noqa: E402
-from vllm_compose.validation import engine_oracle as eo  # noqa: E402
+from vllm_compose.proof import dsa_oracle as o  # noqa: E402
+from vllm_compose.proof import engine_oracle as eo  # noqa: E402
 
 BS = 16  # tokens a block
 D = 128  # indexer head dim
@@ -25,7 +25,7 @@ PAGE = BS * (D + 4) + 64  # a padded page, as entry 0009 gives the indexer cache
 # The stand-in modules: each function looks the others up in its module's globals at call time, as vLLM's do.
 INDEXER_SRC = """
 import torch
-from vllm_compose.validation import dsa_oracle as o
+from vllm_compose.proof import dsa_oracle as o
 
 def fp8_paged_mqa_logits_triton(q, kv_cache, weights, context_lens, block_tables, max_model_len, clean_logits=True):
     ref = o.paged_decode_logits(q, kv_cache, weights, context_lens, block_tables, kv_cache.shape[1],
@@ -84,7 +84,7 @@ class XPUMLASparseImpl:
 
 TRITON_SRC = """
 import torch
-from vllm_compose.validation import dsa_oracle as o
+from vllm_compose.proof import dsa_oracle as o
 
 def triton_mla_sparse_attention(q, kv, indices, sm_scale, num_kv_splits=None, sm_count=None):
     out, _ = o.sparse_mla_attention(q, kv, indices, sm_scale)
@@ -99,7 +99,7 @@ def run(q, kv, glob):
 # heads, the padding left as NaN here (FlashMLA leaves it unwritten) so that a check reading it would fail
 FLASHMLA_SRC = """
 import torch
-from vllm_compose.validation import dsa_oracle as o
+from vllm_compose.proof import dsa_oracle as o
 from vllm.v1.attention.backends.mla.xpu_mla_sparse import triton_convert_req_index_to_global_index
 
 PAD = 8
@@ -376,7 +376,7 @@ def test_run_suite_judges_the_oracle_and_its_corruptions(fake_vllm, tmp_path, mo
     its summary (and each corruption's) into checks. The engine is a stand-in whose generation runs the DSA path."""
     import json
 
-    from vllm_compose.validation import recall_model, recall_run
+    from vllm_compose.proof import recall_model, recall_run
 
     world = _World()
     impl = fake_vllm[eo.SPARSE_MODULE].XPUMLASparseImpl(world.buf)
@@ -434,7 +434,7 @@ def test_run_suite_judges_the_oracle_and_its_corruptions(fake_vllm, tmp_path, mo
 
 
 def test_oracle_verdict_needs_every_required_check():
-    from vllm_compose.validation import recall_run
+    from vllm_compose.proof import recall_run
 
     summary = {
         "checks": {"decode_logits": {"count": 3, "failed": 0}, "slots": {"count": 3, "failed": 0}},
@@ -454,7 +454,7 @@ def test_oracle_verdict_needs_every_required_check():
 def test_dsa_sources_fingerprints_the_files_that_would_be_imported(tmp_path, monkeypatch):
     import hashlib
 
-    from vllm_compose.validation import recall_run
+    from vllm_compose.proof import recall_run
 
     pkg = tmp_path / "fakepkg_dsa"
     pkg.mkdir()
@@ -511,7 +511,7 @@ def test_native_profile_each_corruption_fails_its_check(fake_vllm, kind):
 
 
 def test_native_fp4_q_is_counted_unsupported_and_fails_the_verdict(fake_vllm):
-    from vllm_compose.validation.recall_run import oracle_verdict
+    from vllm_compose.proof.recall_run import oracle_verdict
 
     eo.install("FLASHMLA_SPARSE")
     w = _World()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_compose.validation.expected import (
+from vllm_compose.proof.expected import (
     SpecCounters,
     expected_tokens,
     first_difference,
@@ -13,7 +13,7 @@ from vllm_compose.validation.expected import (
     min_top1_margin,
     predicted_spec_counters,
 )
-from vllm_compose.validation.tinyglm import TokenCycle
+from vllm_compose.proof.tinyglm import TokenCycle
 
 #: 3 -> 4 -> 5 -> 6 -> 7 -> 3; specials lead to 3
 NEXT = (3, 3, 3, 4, 5, 6, 7, 3)

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_compose.errors import ComposeError
-from vllm_compose.validation import coverage_record
-from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict, render
-from vllm_compose.validation.gate_env import (
+from vllm_compose.ampere import coverage_record
+from vllm_compose.ampere.gate import AmpereGateReport, KernelVerdict, render
+from vllm_compose.ampere.gate_env import (
     GATE_REQUIREMENTS,
     MARKER,
     GateEnvironment,
@@ -32,7 +31,8 @@ from vllm_compose.validation.gate_env import (
     ensure_environment,
     env_key,
 )
-from vllm_compose.validation.kernel_launches import DriverOutcome
+from vllm_compose.ampere.kernel_launches import DriverOutcome
+from vllm_compose.errors import ComposeError
 
 TOOLS = _pins(GATE_REQUIREMENTS)
 REPO = Path(__file__).resolve().parents[2]
@@ -210,7 +210,7 @@ def _lookalike_gate(tree: Path) -> AmpereGateReport:
     """The look-alike's gate in this interpreter: its one driver, its counts as a report."""
     pytest.importorskip("triton", reason="deriving launches needs triton (the test extra)")
     torch = pytest.importorskip("torch", reason="deriving launches runs the wrappers on CPU tensors")
-    from vllm_compose.validation.kernel_launches import Driver, derive_launches
+    from vllm_compose.ampere.kernel_launches import Driver, derive_launches
 
     def run(rel):
         rel.call(rel.value("vllm.ops.kern", "double"), {"x": torch.zeros(100)}, what="double")
@@ -297,7 +297,7 @@ def gate_env():
     """The gate's own environment in the real cache (built once per machine, as `ampere-gate` builds it)."""
     from release_trees import REAL_CACHE_ROOT
 
-    from vllm_compose.validation.gate_env import environment_for
+    from vllm_compose.ampere.gate_env import environment_for
 
     return ensure_environment(environment_for(REAL_CACHE_ROOT))
 
@@ -309,8 +309,8 @@ def test_the_worker_derives_the_recorded_counts_whatever_the_calling_environment
 ):
     import subprocess
 
-    from vllm_compose.validation.ampere_gate import _report
-    from vllm_compose.validation.gate_env import run_in_environment
+    from vllm_compose.ampere.gate import _report
+    from vllm_compose.ampere.gate_env import run_in_environment
 
     monkeypatch.setenv("PYTHONPATH", str(polluter))
     monkeypatch.setenv("POLLUTER_DROPS_LAUNCHES", "1")
@@ -330,8 +330,8 @@ def test_the_worker_derives_the_recorded_counts_whatever_the_calling_environment
 
 @pytest.mark.slow
 def test_the_workers_errors_come_back_typed_and_an_untyped_one_as_what_it_is(gate_env, tmp_path):
-    from vllm_compose.validation.gate_env import run_in_environment
-    from vllm_compose.validation.kernel_launches import DriverError
+    from vllm_compose.ampere.gate_env import run_in_environment
+    from vllm_compose.ampere.kernel_launches import DriverError
 
     registry = tmp_path / "tree" / "vllm" / "model_executor" / "models" / "registry.py"
     registry.parent.mkdir(parents=True)

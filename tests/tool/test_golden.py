@@ -46,6 +46,7 @@ import pytest
 import toy_vllm
 from toy_compose import PR_PATCH
 
+from vllm_compose.ampere.gate import KernelVerdict
 from vllm_compose.cache import Cache, seed_cache
 from vllm_compose.cli import main
 from vllm_compose.compose import ComposeOptions, Composer
@@ -60,7 +61,6 @@ from vllm_compose.report import (
 from vllm_compose.semantic import Diagnostic
 from vllm_compose.semantic import Finding as SemanticFinding
 from vllm_compose.status import ReleaseStatus
-from vllm_compose.validation.ampere_gate import KernelVerdict
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 UPDATE = os.environ.get("VC_UPDATE_GOLDEN") == "1"

@@ -200,11 +200,11 @@ def test_real_wheel_site_packages(tmp_path, stock_wheel_v0260: Path, real_pr_dif
 
 
 def test_a_compose_failing_the_ampere_gate_leaves_site_packages_untouched(toy_image, monkeypatch, tmp_path) -> None:
-    from vllm_compose.validation import ampere_gate
-    from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
+    from vllm_compose.ampere import gate
+    from vllm_compose.ampere.gate import AmpereGateReport, KernelVerdict
 
     failing = AmpereGateReport("toy", kernels=[KernelVerdict("vllm.k", "_k", 86, 1, 1, "fp8e4nv not supported")])
-    monkeypatch.setattr(ampere_gate, "gate_in_environment", lambda tree, label="", **kw: failing)
+    monkeypatch.setattr(gate, "gate_in_environment", lambda tree, label="", **kw: failing)
     before = {p: p.read_bytes() for p in toy_image["site"].rglob("*") if p.is_file()}
     report = tmp_path / "overlay.json"
     rc = overlay(toy_image, "--json", str(report), ampere_gate=True)

@@ -1,4 +1,4 @@
-"""validation/impl_contract: the methods the DSA path calls on its impl, and what an impl class defines or inherits.
+"""ampere/impl_contract: the methods the DSA path calls on its impl, and what an impl class defines or inherits.
 
 On made-up modules, and on vLLM 0.33.0's own code from its sdist: there the deepseek_v32 attention calls
 `record_logical_topk_ready` unconditionally, the XPU sparse impl (TRITON_MLA_SPARSE's base) lacks it, and
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from release_trees import composed_tree, release_tree
 
+from vllm_compose.ampere.dsa_path import _find_class
+from vllm_compose.ampere.impl_contract import Verdict, class_members, impl_calls, impl_contracts
+from vllm_compose.ampere.release_source import release_source
 from vllm_compose.trees import DirTree
-from vllm_compose.validation.dsa_path import _find_class
-from vllm_compose.validation.impl_contract import Verdict, class_members, impl_calls, impl_contracts
-from vllm_compose.validation.release_source import release_source
 
 LAYER = """
 class Layer:

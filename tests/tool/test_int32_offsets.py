@@ -1,4 +1,4 @@
-"""int32 pointer offsets of Triton kernels (validation/int32_offsets.py): from a kernel's source and its launch's
+"""int32 pointer offsets of Triton kernels (ampere/int32_offsets.py): from a kernel's source and its launch's
 argument types, the offsets that multiply 32-bit values. Hand-written kernels in the shapes the DSA kernels use;
 their source is only parsed, never compiled."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from vllm_compose.ampere.gate import _dsa_signatures, int32_offset_lines
+from vllm_compose.ampere.int32_offsets import scan_kernel, scan_tree
 from vllm_compose.trees import DirTree
-from vllm_compose.validation.ampere_gate import _dsa_signatures, int32_offset_lines
-from vllm_compose.validation.int32_offsets import scan_kernel, scan_tree
 
 PAGED = """
 import triton

@@ -1,4 +1,4 @@
-"""Kernel launches derived on a CPU (kernel_launches) and the Ampere gate over them (ampere_gate).
+"""Kernel launches derived on a CPU (kernel_launches) and the Ampere gate over them (ampere.gate).
 
 Synthetic cases use a look-alike vLLM tree written here: a wrapper whose constexpr the release's platform probe
 chooses, a kernel an sm_89 gate keeps off Ampere, an autotuned kernel. The real-release cases drive the releases'
@@ -33,11 +33,11 @@ torch = pytest.importorskip("torch", reason="deriving launches runs the release'
 from release_trees import composed_tree, release_tree  # noqa: E402
 
 from vllm_compose import cli  # noqa: E402
-from vllm_compose.validation import coverage_record  # noqa: E402
-from vllm_compose.validation.ampere_gate import RECORDINGS, gate_tree, recorded_coverage, render  # noqa: E402
-from vllm_compose.validation.gate_env import GATE_REQUIREMENTS, _pins  # noqa: E402
-from vllm_compose.validation.kernel_gate import run_gate  # noqa: E402
-from vllm_compose.validation.kernel_launches import (  # noqa: E402
+from vllm_compose.ampere import coverage_record  # noqa: E402
+from vllm_compose.ampere.gate import RECORDINGS, gate_tree, recorded_coverage, render  # noqa: E402
+from vllm_compose.ampere.gate_env import GATE_REQUIREMENTS, _pins  # noqa: E402
+from vllm_compose.ampere.kernel_gate import run_gate  # noqa: E402
+from vllm_compose.ampere.kernel_launches import (  # noqa: E402
     Driver,
     DriverError,
     FakeCudaPlatform,
@@ -326,7 +326,7 @@ UINT8_REGISTRATION = "PACK.register_warmup(dtype=torch.uint8, pad_value=0)"
 
 
 def _warmup_driver():
-    from vllm_compose.validation.kernel_launches import DRIVERS
+    from vllm_compose.ampere.kernel_launches import DRIVERS
 
     return next(d for d in DRIVERS if d.name.startswith("indexer JIT warm-up"))
 
@@ -394,7 +394,7 @@ def test_cli_bad_input_exits_3(tmp_path, capsys):
 
 # --- real releases -------------------------------------------------------------------------------------------------
 # This interpreter holds the gate's pins (the test extra), so its derivation of a release must give the counts the
-# gate's own environment recorded (validation/ampere_gate_coverage.json): each real-release case checks them too.
+# gate's own environment recorded (ampere/gate_coverage.json): each real-release case checks them too.
 
 
 def _assert_as_recorded(report, tag: str, kind: str) -> None:
@@ -497,9 +497,9 @@ def _linked_copy(tree: Path, dest: Path) -> Path:
 def test_stock_0_30_0_with_the_ragged_pack_fix_still_fails_on_the_jit_warmup_pack(tmp_path_factory, tmp_path):
     """The runtime pack is uint8 on sm_8x (0030), yet the start-up warm-up still registers the fp8 pack with pad
     -inf: the gate fails on that specialization alone, and passes once 0043 registers the uint8 pack."""
+    from vllm_compose.ampere.kernel_launches import DRIVERS
     from vllm_compose.apply import apply_patches
     from vllm_compose.patchfile import parse_patch
-    from vllm_compose.validation.kernel_launches import DRIVERS
 
     tree = _linked_copy(release_tree(tmp_path_factory, "v0.30.0"), tmp_path / "tree")
     (patch,) = SERIES_PATCHES.glob("0030-*.patch")

@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDING = "vllm_compose/validation/recordings/composed-v0.26.0-sm80.json"
-COVERAGE_RECORD = "vllm_compose/validation/ampere_gate_coverage.json"
+RECORDING = "vllm_compose/ampere/recordings/composed-v0.26.0-sm80.json"
+COVERAGE_RECORD = "vllm_compose/ampere/gate_coverage.json"
 
 #: run in the unpacked wheel: where the gate looks for its recording, and what it reads there
 PROBE = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from vllm_compose.validation import ampere_gate, coverage_record
-from vllm_compose.validation.kernel_gate import load_records
-recording = ampere_gate.RECORDINGS["0.26.0"]
-print(ampere_gate.__file__)
+from vllm_compose.ampere import coverage_record, gate
+from vllm_compose.ampere.kernel_gate import load_records
+recording = gate.RECORDINGS["0.26.0"]
+print(gate.__file__)
 print(recording)
 print(recording.is_file(), len(load_records(recording)), coverage_record.RECORD_FILE.is_file())
 """

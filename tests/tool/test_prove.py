@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from vllm_compose import cli
-from vllm_compose.validation import proof
+from vllm_compose.proof import suites as proof
 
 
 def test_list_names_every_suite(capsys):
@@ -58,7 +58,7 @@ def test_the_tiny_model_is_written_once(tmp_path):
 
 
 def _fake_python(tmp_path, body: str):
-    """A stand-in interpreter: `python -m vllm_compose.validation.recall_run SUITE OUT` runs `body`."""
+    """A stand-in interpreter: `python -m vllm_compose.proof.recall_run SUITE OUT` runs `body`."""
     script = tmp_path / "fake_python.py"
     script.write_text("import json, sys\nsuite, out = json.loads(sys.argv[3]), sys.argv[4]\n" + textwrap.dedent(body))
     wrapper = tmp_path / "python"

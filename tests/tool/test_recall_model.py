@@ -1,6 +1,6 @@
-"""The recall model (validation/recall_model.py) against its design, on a CPU: the fp32 reference forward of the whole
-model (validation/model_reference.py) must produce the predicted tokens, and every fault the GPU suites inject must
-change them; the engine fault hooks (validation/engine_faults.py) must rewrite what they say on a stand-in model."""
+"""The recall model (proof/recall_model.py) against its design, on a CPU: the fp32 reference forward of the whole
+model (proof/model_reference.py) must produce the predicted tokens, and every fault the GPU suites inject must
+change them; the engine fault hooks (proof/engine_faults.py) must rewrite what they say on a stand-in model."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vllm_compose.validation import engine_faults  # noqa: E402
-from vllm_compose.validation import recall_model as rm  # noqa: E402
-from vllm_compose.validation.model_reference import ReferenceModel, _Ctx  # noqa: E402
-from vllm_compose.validation.recall_model import Fault  # noqa: E402
-from vllm_compose.validation.recall_run import Suite, _blocks_needed, _judge  # noqa: E402
-from vllm_compose.validation.tinyglm import tensor_layout  # noqa: E402
+from vllm_compose.proof import engine_faults  # noqa: E402
+from vllm_compose.proof import recall_model as rm  # noqa: E402
+from vllm_compose.proof.model_reference import ReferenceModel, _Ctx  # noqa: E402
+from vllm_compose.proof.recall_model import Fault  # noqa: E402
+from vllm_compose.proof.recall_run import Suite, _blocks_needed, _judge  # noqa: E402
+from vllm_compose.proof.tinyglm import tensor_layout  # noqa: E402
 
 TOKENS = 5
 
@@ -263,7 +263,7 @@ def test_engine_hook_refuses_a_model_without_the_layer_or_the_buffer():
 
 
 def test_topk_probe_accepts_the_designed_selection_and_rejects_a_shifted_one(tiny):
-    from vllm_compose.validation.recall_run import topk_probe
+    from vllm_compose.proof.recall_run import topk_probe
 
     spec, _t, ref, prompts = tiny
     p = prompts[0]
@@ -299,7 +299,7 @@ def test_engine_probe_records_decode_rows_only_and_changes_nothing():
 
 
 def test_draft_judgement_reads_the_counters():
-    from vllm_compose.validation.recall_run import judge_drafts
+    from vllm_compose.proof.recall_run import judge_drafts
 
     shared = judge_drafts(
         {"vllm:spec_decode_num_drafts": 64, "vllm:spec_decode_num_accepted_tokens_per_pos": [64, 0]}, 2
@@ -386,7 +386,7 @@ def test_the_checkpoint_dtypes_keep_the_prediction(tiny):
 
 
 def test_output_probe_accepts_the_designed_output_and_rejects_a_zeroed_or_wrong_one(tiny):
-    from vllm_compose.validation.recall_run import output_probe
+    from vllm_compose.proof.recall_run import output_probe
 
     spec, _t, ref, prompts = tiny
     p = prompts[0]

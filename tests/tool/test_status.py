@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from vllm_compose.ampere.gate import AmpereGateReport, KernelVerdict
 from vllm_compose.checks import CheckReport, CheckResult
+from vllm_compose.gpu_evidence import ReleaseEvidence, RunConfig
 from vllm_compose.report import render_status
 from vllm_compose.results import BuildSetup, CheckStatus
 from vllm_compose.status import ReleaseStatus
-from vllm_compose.validation.ampere_gate import AmpereGateReport, KernelVerdict
-from vllm_compose.validation.gpu_evidence import ReleaseEvidence, RunConfig
 
 
 def _compose(tag: str, status: str = "composed", message: str = ""):
@@ -58,7 +58,7 @@ def test_every_row_says_audit_checks_gate_with_stock_and_gpu_runs():
 
 
 def test_a_gate_whose_impl_lacks_a_method_the_path_calls_fails_and_names_it():
-    from vllm_compose.validation.impl_contract import BackendContract, ImplAnswer, ImplCall, Verdict
+    from vllm_compose.ampere.impl_contract import BackendContract, ImplAnswer, ImplCall, Verdict
 
     gate = _gate()
     call = ImplCall("record_logical_topk_ready", "vllm/models/deepseek_v32/attention.py:520", None)
@@ -75,8 +75,8 @@ def test_dsa_file_hashes_fingerprint_the_branch_as_recall_runs_fingerprint_an_in
     import hashlib
     import subprocess
 
+    from vllm_compose.proof.recall_run import DSA_MODULES
     from vllm_compose.status import dsa_file_hashes
-    from vllm_compose.validation.recall_run import DSA_MODULES
 
     repo = tmp_path / "vllm"
     ops = repo / "vllm" / "v1" / "attention" / "ops"

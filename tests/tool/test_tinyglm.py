@@ -14,7 +14,7 @@ np = pytest.importorskip("numpy", reason="the tiny checkpoint generator needs nu
 
 from tinyglm_specs import CYCLE, SMALL  # noqa: E402
 
-from vllm_compose.validation.tinyglm import (  # noqa: E402
+from vllm_compose.proof.tinyglm import (  # noqa: E402
     DRAFT_PATHS,
     SPECIAL_TOKENS,
     TinyGlmError,

@@ -75,7 +75,7 @@ def test_a_tree_without_the_registry_says_why(tmp_path):
 
 
 def test_the_gate_report_says_whether_the_relay_is_in(tmp_path_factory):
-    from vllm_compose.validation.ampere_gate import AmpereGateReport, render
+    from vllm_compose.ampere.gate import AmpereGateReport, render
 
     stock, path, composed = _trees(tmp_path_factory, "v0.33.0")
     report = AmpereGateReport(

@@ -9,8 +9,8 @@ VC_FAKE_CAPABILITY=8.0   vLLM's CUDA platform (`vllm.platforms.cuda`, both the N
                          by an import hook the moment `vllm.platforms.cuda` is executed, before any caller can ask.
                          Triton still compiles for the real GPU (calls from Triton's own files get the real
                          capability): the sm_80 compile check is the separate compile gate. The value is read by
-                         `parse_capability` of the tool's Ampere facts (`src/vllm_compose/validation/
-                         ampere_facts.py`), loaded by its path from the repository this file sits in: the device
+                         `parse_capability` of the tool's Ampere facts (`src/vllm_compose/ampere/
+                         facts.py`), loaded by its path from the repository this file sits in: the device
                          call carries `src/` with `device/`, and loading the one file leaves `sys.path` (so what
                          the validated processes can import) as it was.
 VC_RECORD_DIR=/path      each process appends JSON lines there (`<pid>.jsonl`):
@@ -98,7 +98,7 @@ def _note_capability(asked):
 
 
 #: the tool's Ampere facts below the repository root (stdlib only, importing nothing of the tool)
-_FACTS = os.path.join("src", "vllm_compose", "validation", "ampere_facts.py")
+_FACTS = os.path.join("src", "vllm_compose", "ampere", "facts.py")
 _facts = None
 
 

@@ -11,7 +11,7 @@ a file, the branch is cleared in three steps, in this order, each recorded on th
                  and depend only on the two trees; the audit needs every entry's patch and is the compose's job, so a
                  branch that `open_branch` accepts (only compose commits) stands for a clean audit.
 3. Ampere gate — the DSA-path Triton kernels, as the release launches them on an sm_80/86 GPU, compile for both
-                 (`validation.ampere_gate`); `--no-ampere-gate` skips it, recorded.
+                 (`ampere.gate`); `--no-ampere-gate` skips it, recorded.
 
 A failed step raises `RefusedError` (exit 2) and nothing is built. The image takes its review from the compose it
 has just run (`ComposeResult.review`), and runs its checks on the installed files after writing them (its own
@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..ampere.gate import AmpereGateReport, export_tree, require_gate
 from ..checks import CheckReport, failure_hint, run_checks
 from ..composed_branch import ComposedBranch
 from ..errors import RefusedError
@@ -33,7 +34,6 @@ from ..results import Severity
 from ..review import Review, landings_of_commit, load_approvals, require_reviewed, review_of
 from ..series import load_series
 from ..trees import FileTree
-from ..validation.ampere_gate import AmpereGateReport, export_tree, require_gate
 
 #: what the report and the JSON say when the Ampere gate was not run
 AMPERE_GATE_SKIPPED = "--no-ampere-gate"

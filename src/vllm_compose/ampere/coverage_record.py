@@ -4,7 +4,7 @@ verdict.
 A gate that compiles what it derived passes just as well when it derived less. The derivation executes the release's
 Python, so its reach depends on what that code sees; in the tool's own environment (`gate_env`) that is only the
 release's tree and the pinned torch and Triton, and the counts are a function of the two. They are recorded here per
-release and tree (`composed`: the compose branch; `stock`: the release tag) in `ampere_gate_coverage.json` beside
+release and tree (`composed`: the compose branch; `stock`: the release tag) in `gate_coverage.json` beside
 this module, per target: the distinct specializations, each driver's launches, each kernel's specializations.
 
 A run that derives a different count fails, naming the driver or kernel and the two numbers:
@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import ComposeError
 
 #: the record, shipped with the package (the gate's drivers and pins live here too)
-RECORD_FILE = Path(__file__).with_name("ampere_gate_coverage.json")
+RECORD_FILE = Path(__file__).with_name("gate_coverage.json")
 RECORD_FORMAT = 1
 #: the trees of a release that have a record
 KINDS = ("composed", "stock")

@@ -14,7 +14,7 @@ import weakref
 
 from ..errors import ComposeError
 from ..trees import FileTree
-from .ampere_facts import PLATFORM_IS
+from .facts import PLATFORM_IS
 
 
 class DsaPathError(ComposeError):

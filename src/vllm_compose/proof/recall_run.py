@@ -464,15 +464,15 @@ def run_suite(suite: Suite) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m vllm_compose.validation.recall_run SUITE_JSON OUT_FILE`: one suite, its result written to OUT_FILE;
-    exit 0 when it passed, 1 when not (`proof.run` starts one interpreter per suite this way)."""
+    """`python -m vllm_compose.proof.recall_run SUITE_JSON OUT_FILE`: one suite, its result written to OUT_FILE;
+    exit 0 when it passed, 1 when not (`suites.run` starts one interpreter per suite this way)."""
     suite = Suite(**json.loads(argv[0]))
     result = run_suite(suite)
     Path(argv[1]).write_text(json.dumps(result, indent=1, default=str))
     return 0 if result["passed"] else 1
 
 
-if __name__ == "__main__":  # pragma: no cover - run by proof.run in a fresh interpreter
+if __name__ == "__main__":  # pragma: no cover - run by suites.run in a fresh interpreter
     import sys
 
     sys.exit(main(sys.argv[1:]))

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .ampere_facts import BLOCK_SIZE, BY_CAPABILITY, CAPABILITIES, GPUS, KV_CACHE_DTYPE, LAUNCH_CONTRACT
+from .facts import BLOCK_SIZE, BY_CAPABILITY, CAPABILITIES, GPUS, KV_CACHE_DTYPE, LAUNCH_CONTRACT
 from .fake_platform import FakeCudaPlatform, PlatformProbeError, capture_launches, record_key
 from .kernel_gate import KernelGateError, ReleaseLoader
 
@@ -212,7 +212,7 @@ _ABSENT = object()
 
 def registry_module(tree: Path, architecture: str) -> str | None:
     """The module the release's model registry maps `architecture` to (`deepseek_v2` or `vllm.models...`)."""
-    # TODO(dsa_path): use src/vllm_compose/validation/dsa_path.py's registry lookup once it offers one
+    # TODO(dsa_path): use src/vllm_compose/ampere/dsa_path.py's registry lookup once it offers one
     path = Path(tree) / "vllm" / "model_executor" / "models" / "registry.py"
     if not path.is_file():
         return None

@@ -127,7 +127,7 @@ def run(
         out = out_dir / f"{s.label}.json"
         out.unlink(missing_ok=True)
         child_env = {**os.environ, **SERVING_ENV, **(env or {})}
-        cmd = [python, "-m", "vllm_compose.validation.recall_run", json.dumps(dataclasses.asdict(s)), str(out)]
+        cmd = [python, "-m", "vllm_compose.proof.recall_run", json.dumps(dataclasses.asdict(s)), str(out)]
         try:
             proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s)
             tail, code = (proc.stdout + proc.stderr)[-3000:], proc.returncode

@@ -304,7 +304,7 @@ class TokenCycle:
         second draft step the MTP layer's own recycled output);
       - "wrong": the embedding half maps `t` to `next[t]`, so the draft is `next[next[t]]`, wrong by design.
     So the draft after `t` is `draft_next(t)`, and vLLM's acceptance counters can be predicted exactly
-    (`vllm_compose.validation.expected`).
+    (`vllm_compose.proof.expected`).
     """
 
     next: tuple[int, ...]
@@ -461,7 +461,7 @@ def generate(spec: TinyGlmSpec, out_dir: Path, max_model_len: int | None = None)
     out_dir.mkdir(parents=True, exist_ok=True)
     layout = tensor_layout(spec)
     tensors = make_tensors(spec)
-    meta = {"format": "pt", "generator": "vllm_compose.validation.tinyglm", "seed": str(spec.seed)}
+    meta = {"format": "pt", "generator": "vllm_compose.proof.tinyglm", "seed": str(spec.seed)}
     write_safetensors(out_dir / "model.safetensors", tensors, {n: d for n, (_s, d) in layout.items()}, meta)
     (out_dir / "config.json").write_text(json.dumps(config_dict(spec), indent=2, sort_keys=True) + "\n")
     (out_dir / "tinyglm_spec.json").write_text(json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")

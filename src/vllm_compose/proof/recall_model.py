@@ -29,7 +29,7 @@ How the weights do it (every map is axis-aligned, so bf16 and the indexer's fp8 
 Every other weight is random (attention, indexers, MoE), with output projections scaled by `background_gain` so
 that the layers run real data through every kernel but add little to the residual stream.
 
-`predict` gives the tokens from the prompts' cycles alone; `validation.model_reference` computes the whole model in
+`predict` gives the tokens from the prompts' cycles alone; `model_reference` computes the whole model in
 fp32 on a CPU and is what the tests hold the design against.
 """
 

@@ -1,7 +1,7 @@
 """What "Ampere" means to the gates, the static path and the GPU harness, written once: the GPUs and their compile
 targets, what vLLM's CUDA platform answers on them, and the launch contract Ampere runs are held to.
 
-Readers: `kernel_gate` and `ampere_gate` (the compile targets, the capabilities gated), `fake_platform` (the
+Readers: `kernel_gate` and `gate` (the compile targets, the capabilities gated), `fake_platform` (the
 `current_platform` and Triton driver of an sm_8x GPU on a CPU), `dsa_path` and `partial_eval` (the static path's
 evaluation of conditions as an sm_80/86 CUDA process sees them), `kernel_launches` (the launch contract's KV-cache
 dtype and block size, the SM counts), and on the GPU machine `lab/device/sitecustomize` and `lab/device/make_lock.py`.

@@ -233,14 +233,14 @@ def _worker_environ() -> dict[str, str]:
 
 #: how the worker starts: `-I` ignores PYTHONPATH and the user site; the folder that holds only a link to this
 #: package is the one entry put in front of the environment's own sys.path
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_compose.validation.gate_env import _worker; _worker()"
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_compose.ampere.gate_env import _worker; _worker()"
 
 
 def run_in_environment(
     env: GateEnvironment, tree: Path, label: str, capabilities: tuple[tuple[int, int], ...]
 ) -> dict[str, Any]:
     """Derive and compile the DSA-path launches of `tree` in `env`'s interpreter; return the worker's result
-    (`ampere_gate.derive_and_compile`'s JSON plus the versions it ran on). A typed error the worker raised (a
+    (`gate.derive_and_compile`'s JSON plus the versions it ran on). A typed error the worker raised (a
     driver that cannot drive the release, a platform probe) is raised here as the same type."""
     package = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="vllm-compose-gate-worker-") as tmp:
@@ -289,7 +289,7 @@ def _worker() -> None:
     out = Path(request["out"])
     try:
         versions = _check_worker_environment(request["requirements"])
-        from .ampere_gate import derive_and_compile
+        from .gate import derive_and_compile
 
         result = derive_and_compile(
             Path(request["tree"]), request["label"], tuple(tuple(c) for c in request["capabilities"])

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .ampere_facts import CAPABILITIES, compile_target
+from .facts import CAPABILITIES, compile_target
 from .kernel_gate import GateResult, load_records, run_gate
 from .kernel_launches import Derivation, DriverOutcome, derive_launches, release_loader
 

@@ -4,7 +4,7 @@ sm_80/86 — with how the compose handles it, by comparing the composed tree wit
 
 Pure static analysis with `ast` over a `FileTree` (a directory or a git tree): nothing of vLLM is imported, no torch.
 The tree is read through `release_source` (each module parsed once), and what "Ampere" means (capabilities,
-platform answers, launch contract) comes from `ampere_facts`.
+platform answers, launch contract) comes from `facts`.
 
 The steps, each a public function:
 
@@ -21,7 +21,7 @@ The steps, each a public function:
   calls into native libraries that need sm_89+/sm_90+, each with its guard: a condition around it or an
   `if ...: return` before it (its function's own early returns included), a callee's early return, its callers'
   conditions — evaluated as a sm_80/86 CUDA process sees them (`partial_eval`), and apart from that under the
-  Ampere launch contract (`ampere_facts.LAUNCH_CONTRACT`: e.g. decode context parallel off, so code after
+  Ampere launch contract (`facts.LAUNCH_CONTRACT`: e.g. decode context parallel off, so code after
   `if dcp_world_size <= 1: return` never runs).
 * `ampere_path(composed, stock, tag)`: all of the above for both trees, and each composed-tree blocker classified by
   `classify` (the rules are in its docstring; what no rule covers is `Handling.UNCLASSIFIED`, never dropped).
@@ -45,8 +45,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..trees import FileTree
-from .ampere_facts import CAPABILITIES
 from .dsa_blockers import Blocker, TritonUse, scan_blockers
+from .facts import CAPABILITIES
 from .partial_eval import UNKNOWN, evaluate
 from .release_source import (
     DsaPathError,
@@ -156,7 +156,7 @@ class SparseBackend:
     name: str
     path: str | None
     cls: str | None
-    #: True / False from `supports_compute_capability` for every Ampere capability (`ampere_facts.CAPABILITIES`);
+    #: True / False from `supports_compute_capability` for every Ampere capability (`facts.CAPABILITIES`);
     #: None: not evaluable
     admits_ampere: bool | None
     reason: str

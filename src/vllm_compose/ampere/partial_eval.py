@@ -1,7 +1,7 @@
 """A partial evaluator of Python conditions as a CUDA process on sm_80/86 sees them: True, False, or `UNKNOWN`.
 
 The static path (`dsa_path`, `dsa_blockers`) asks it whether the `if` over a kernel call, a launch or a Triton
-branch holds on Ampere without running anything: what it knows comes from `ampere_facts` (the capabilities, the
+branch holds on Ampere without running anything: what it knows comes from `facts` (the capabilities, the
 platform's answers, the launch contract and the constexpr values of an sm_8x run) and from the release's own code
 (assignments, early returns of called functions). What it cannot decide stays `UNKNOWN`, never a guess, except the
 one rule `AmperePartialEvaluator` states (a `*_supported()` probe the tree cannot answer is false).
@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from .ampere_facts import (
+from .facts import (
     AMPERE_CONSTEXPR,
     CAPABILITIES,
     LAUNCH_CONTRACT,
@@ -87,7 +87,7 @@ class AmperePartialEvaluator:
 
     Known: constants; `AMPERE_CONSTEXPR`; `current_platform.is_cuda()` (true) and the other platforms (false);
     `has_device_capability(N)` / `is_device_capability(N or (M, m))` / `is_device_capability_family(N)` for every
-    Ampere capability (`ampere_facts.CAPABILITIES`: a probe the two answer differently is unknown);
+    Ampere capability (`facts.CAPABILITIES`: a probe the two answer differently is unknown);
     `is_deep_gemm_supported()` (false: DeepGEMM's arch check); `and` / `or` / `not` / `==` / `in` / `is None`;
     ternaries; a local name or `self.x` whose assignments all give one value; a call of a function of the tree, by
     its early `if ...: return ...` statements and final `return` (arguments bound). Last resort, a call named

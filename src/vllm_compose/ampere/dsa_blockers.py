@@ -7,7 +7,7 @@ that need sm_89+/sm_90+ (DeepGEMM, FlashMLA, FlashInfer sparse, CuTeDSL/CUTLASS,
 Each one's guard is found in its own code: a condition around it or an `if ...: return` before it (its function's
 own early returns included), a callee's early return, its callers' conditions; each is evaluated by
 `partial_eval.AmperePartialEvaluator` as a sm_80/86 CUDA process sees it, and apart from that under the Ampere
-launch contract (`ampere_facts.LAUNCH_CONTRACT`: e.g. decode context parallel off, so code after
+launch contract (`facts.LAUNCH_CONTRACT`: e.g. decode context parallel off, so code after
 `if dcp_world_size <= 1: return` never runs).
 """
 
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..trees import FileTree
-from .ampere_facts import AMPERE_CONSTEXPR, LAUNCH_CONTRACT
+from .facts import AMPERE_CONSTEXPR, LAUNCH_CONTRACT
 from .partial_eval import UNKNOWN, AmperePartialEvaluator, evaluate
 from .release_source import (
     ReleaseSource,

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ComposeError
+from .errors import ComposeError
 
 
 @dataclass(frozen=True, order=True)

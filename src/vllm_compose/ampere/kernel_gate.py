@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComposeError
-from .ampere_facts import COMPILE_TARGETS
+from .facts import COMPILE_TARGETS
 
 #: times a module-level statement is retried after binding a name it lacked (executing Python only)
 _RETRIES = 8

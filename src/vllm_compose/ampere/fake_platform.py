@@ -3,7 +3,7 @@ Triton's active driver (`FakeTritonDriver`), and the launch capture that records
 compile without compiling or launching it (`capture_launches`).
 
 `kernel_launches` binds the fake platform into the release's modules before they execute and drives the release's
-code inside `capture_launches`. What the fake platform answers is `ampere_facts`' (the same facts the static path
+code inside `capture_launches`. What the fake platform answers is `facts`' (the same facts the static path
 evaluates conditions with), so the derivation and the static path cannot disagree about what an sm_8x GPU is.
 """
 
@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .ampere_facts import (
+from .facts import (
     BY_CAPABILITY,
     FP8_MIN_CAPABILITY,
     PDL_MIN_CAPABILITY,
@@ -52,7 +52,7 @@ class DeviceCapability(tuple):
 
 
 def _answer(name: str, value: bool):
-    """A platform identity probe (`is_cuda`, ...) that answers `value`, as `ampere_facts.PLATFORM_IS` says."""
+    """A platform identity probe (`is_cuda`, ...) that answers `value`, as `facts.PLATFORM_IS` says."""
 
     def probe(self) -> bool:
         return value
@@ -66,7 +66,7 @@ class FakeCudaPlatform:
 
     Only what the DSA path's release code asks is implemented (found by reading the trees); any other attribute
     raises `PlatformProbeError` naming it, so a new release's new probe is visible instead of silently false. The
-    answers are `ampere_facts`': the platform identity probes (`PLATFORM_IS`, set on the class below it), the
+    answers are `facts`': the platform identity probes (`PLATFORM_IS`, set on the class below it), the
     capability probes, the fp8 and PDL thresholds, the device name.
     """
 
