@@ -38,8 +38,7 @@ from pathlib import PurePath
 from . import anchors
 from .align import Alignment, ChangeGroup, Site, change_groups, claim, group_sites
 from .patchfile import Hunk, Patch, decode_text, split_lines
-from .report import hunk_json
-from .results import AuditVerdict
+from .results import AuditVerdict, hunk_json
 from .trees import FileTree
 
 #: verdicts that make an audit fail

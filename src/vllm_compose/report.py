@@ -55,19 +55,6 @@ def write_json(path: str | os.PathLike, data: dict | list) -> None:
         ) from exc
 
 
-def hunk_json(h) -> dict:
-    """The per-hunk record shared by the apply and audit JSON reports (issue 3's schema)."""
-    return {
-        "patch": h.patch,
-        "file": h.file,
-        "hunk": h.hunk,
-        "verdict": h.verdict.value,
-        "landed_at": h.landed_at,
-        "expected_at": h.expected_at,
-        "reason": h.reason,
-    }
-
-
 def _counts(hunks) -> str:
     counts: dict[str, int] = {}
     for h in hunks:

@@ -34,6 +34,7 @@ __all__ = [
     "OverlayStatus",
     "RunState",
     "Severity",
+    "hunk_json",
 ]
 
 
@@ -96,6 +97,21 @@ class AuditVerdict(enum.StrEnum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def hunk_json(h) -> dict:
+    """One hunk's record in the apply and the audit JSON reports (`apply.AppliedHunk`, `audit.AuditHunk`): one
+    schema, so a reader of either report reads both. Here, in the vocabulary both share, so that the audit's JSON
+    needs no renderer (the renderers import the pipeline the audit must stay out of)."""
+    return {
+        "patch": h.patch,
+        "file": h.file,
+        "hunk": h.hunk,
+        "verdict": h.verdict.value,
+        "landed_at": h.landed_at,
+        "expected_at": h.expected_at,
+        "reason": h.reason,
+    }
 
 
 class OverlayStatus(enum.StrEnum):
