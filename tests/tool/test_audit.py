@@ -232,7 +232,7 @@ def test_misplaced_hunk_names_both_sites_by_what_is_there(tmp_path: Path) -> Non
 def test_line_alignment_is_valid_and_keeps_every_line_of_an_insertion_only_edit() -> None:
     """The anchored alignment (unique lines first, difflib between them) is a valid alignment and, on a file made
     of repeating lines with scattered insertions, keeps every old line (as difflib would, at far lower cost)."""
-    from vllm_compose.align import matching_blocks
+    from vllm_compose.audit.align import matching_blocks
 
     old = []
     for i in range(400):

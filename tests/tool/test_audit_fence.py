@@ -28,7 +28,7 @@ def _loaded_after(module: str) -> list[str]:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("module", ["vllm_compose.audit", "vllm_compose.anchors", "vllm_compose.align"])
+@pytest.mark.parametrize("module", ["vllm_compose.audit", "vllm_compose.audit.anchors", "vllm_compose.audit.align"])
 def test_the_audit_loads_no_placement_code(module):
     assert _loaded_after(module) == [], f"`import {module}` loads the placement engine"
 

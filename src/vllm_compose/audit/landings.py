@@ -35,11 +35,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from ..patchfile import Hunk, Patch, decode_text, split_lines
+from ..results import AuditVerdict, hunk_json
+from ..trees import FileTree
 from . import anchors
 from .align import Alignment, ChangeGroup, Site, change_groups, claim, group_sites
-from .patchfile import Hunk, Patch, decode_text, split_lines
-from .results import AuditVerdict, hunk_json
-from .trees import FileTree
 
 #: verdicts that make an audit fail
 BAD_VERDICTS = frozenset({AuditVerdict.MISPLACED, AuditVerdict.FAILED, AuditVerdict.AMBIGUOUS})

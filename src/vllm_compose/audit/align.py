@@ -1,6 +1,6 @@
 """Line alignment: which lines of a new text are lines of an old one, and where a hunk's change groups sit in it.
 
-The audit (`audit`) finds where each hunk landed with this ruler (where it belongs is `anchors.py`'s question).
+The audit (`landings`) finds where each hunk landed with this ruler (where it belongs is `anchors.py`'s question).
 `Alignment(old, new)` aligns two texts line by line — unique lines first as anchors (patience-style), difflib
 between them, every inserted or deleted run slid as far down as it goes so that equivalent "slider" alignments
 compare equal — and `group_sites` finds every site of a change group (`change_groups`: a run of removed and/or added
@@ -14,7 +14,7 @@ import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .patchfile import Hunk
+from ..patchfile import Hunk
 
 
 def _is_significant(line: str) -> bool:
