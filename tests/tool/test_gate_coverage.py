@@ -26,11 +26,11 @@ from vllm_compose.ampere.gate_env import (
     MARKER,
     GateEnvironment,
     GateEnvironmentError,
-    _check_worker_environment,
     _pins,
     ensure_environment,
     env_key,
 )
+from vllm_compose.ampere.gate_worker import check_environment
 from vllm_compose.ampere.kernel_launches import DriverOutcome
 from vllm_compose.errors import ComposeError
 
@@ -255,11 +255,11 @@ def test_a_polluted_interpreter_derives_fewer_launches_and_the_gate_fails(tmp_pa
 def test_the_worker_refuses_an_environment_where_vllm_is_importable_or_the_pins_differ(polluter, monkeypatch):
     monkeypatch.syspath_prepend(str(polluter))
     with pytest.raises(GateEnvironmentError, match="a vLLM is importable in the gate's environment"):
-        _check_worker_environment(list(GATE_REQUIREMENTS))
+        check_environment(list(GATE_REQUIREMENTS))
     monkeypatch.undo()
     pytest.importorskip("triton")
     with pytest.raises(GateEnvironmentError, match=r"holds triton 3\.6\.0, not the pinned 9\.9\.9"):
-        _check_worker_environment(["triton==9.9.9"])
+        check_environment(["triton==9.9.9"])
 
 
 # --- the managed environment ---------------------------------------------------------------------------------------

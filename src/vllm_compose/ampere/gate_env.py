@@ -17,7 +17,7 @@ where the wheels come from.
 
 The derivation and the compile run in that environment's interpreter with `-I` (no `PYTHONPATH`, no user site, no
 current folder on `sys.path`), with only this package linked onto `sys.path` and without the `VLLM_*` / `TRITON_*`
-variables that change what the release's code or Triton does. The worker checks before it starts that torch and
+variables that change what the release's code or Triton does. The worker (`gate_worker`) checks before it starts that torch and
 Triton are the pinned versions and that nothing named `vllm` is importable: the release is read from its tree by
 the loader, never imported.
 """
@@ -232,8 +232,9 @@ def _worker_environ() -> dict[str, str]:
 # --- the worker --------------------------------------------------------------------------------------------------
 
 #: how the worker starts: `-I` ignores PYTHONPATH and the user site; the folder that holds only a link to this
-#: package is the one entry put in front of the environment's own sys.path
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_compose.ampere.gate_env import _worker; _worker()"
+#: package is the one entry put in front of the environment's own sys.path. The worker's entry is a module of its
+#: own (`gate_worker`), which imports the gate: this module, which the gate imports, does not.
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from vllm_compose.ampere.gate_worker import main; main()"
 
 
 def run_in_environment(
@@ -280,62 +281,3 @@ def _error_of(data: dict[str, Any]) -> ComposeError:
     cls = kinds.get(data.pop("type", ""), ComposeError)
     data.pop("exit_code", None)
     return cls(**data)
-
-
-def _worker() -> None:
-    """The worker's main (run by `_BOOT` in the gate's environment): check the environment, gate the tree, write
-    the result file. Errors the tool knows are written as data; anything else is a traceback on stderr."""
-    request = json.loads(sys.argv[2])
-    out = Path(request["out"])
-    try:
-        versions = _check_worker_environment(request["requirements"])
-        from .gate import derive_and_compile
-
-        result = derive_and_compile(
-            Path(request["tree"]), request["label"], tuple(tuple(c) for c in request["capabilities"])
-        )
-        result["environment"] = {"python": sys.executable, "versions": versions}
-    except ComposeError as exc:
-        result = {"error": {"type": type(exc).__name__, **exc.to_json()}}
-    except Exception as exc:  # a failure the derivation does not type: said as the error it is, not as the env's
-        import traceback
-
-        where = "".join(traceback.format_exception(exc)[-3:]).strip()
-        result = {
-            "error": {
-                "type": "ComposeError",
-                "message": f"the Ampere gate's derivation of {request['label']} failed: {type(exc).__name__}: {exc}",
-                "hint": f"the release's code or a driver raised it ({where[-600:]}); "
-                "`vllm-compose ampere-gate --tree DIR` reproduces it on the exported tree",
-            }
-        }
-    out.write_text(json.dumps(result))
-
-
-def _check_worker_environment(requirements: list[str]) -> dict[str, str]:
-    """The pinned versions as imported; raise `GateEnvironmentError` when one differs or a `vllm` is importable
-    (either would make the derivation depend on this environment, not on the release)."""
-    import importlib.metadata
-    import importlib.util
-
-    versions = {}
-    for name, want in _pins(tuple(requirements)).items():
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-        if not _same(versions[name], want):
-            raise GateEnvironmentError(
-                f"the gate's environment holds {name} {versions[name]}, not the pinned {want}",
-                file=sys.prefix,
-                hint=f"remove {sys.prefix} to have it rebuilt",
-            )
-    spec = importlib.util.find_spec("vllm")
-    if spec is not None:
-        where = spec.origin or ", ".join(spec.submodule_search_locations or [])
-        raise GateEnvironmentError(
-            f"a vLLM is importable in the gate's environment ({where}): the release must be read from its tree only",
-            file=sys.prefix,
-            hint=f"remove {sys.prefix} to have it rebuilt with only {', '.join(requirements)}",
-        )
-    return versions
