@@ -292,13 +292,14 @@ def status(args) -> int:
 def ampere_path(args) -> int:
     from .ampere import dsa_path
     from .composed_branch import open_branch
+    from .pp.topk_relay import topk_crossing
     from .report import write_json
     from .status import write_marked_section
 
     paths = []
     for tag in args.onto:
         branch = open_branch(args.repo, args.series, tag)
-        paths.append(dsa_path.ampere_path(branch.composed_tree(), branch.release_tree(), tag))
+        paths.append(dsa_path.ampere_path(branch.composed_tree(), branch.release_tree(), tag, relay=topk_crossing))
     text = dsa_path.render_ampere_path(paths)
     print(text, end="")
     if args.write:
@@ -315,9 +316,17 @@ def _say(line: str) -> None:
 
 def ampere_gate(args) -> int:
     from .ampere.gate import gate_release, render, write_report
+    from .pp.topk_relay import topk_crossing
 
     report = gate_release(
-        args.repo, args.series, args.onto, stock=args.stock, tree=args.tree, record=args.record_coverage, progress=_say
+        args.repo,
+        args.series,
+        args.onto,
+        stock=args.stock,
+        tree=args.tree,
+        record=args.record_coverage,
+        progress=_say,
+        relay=topk_crossing,
     )
     print(render(report), end="")
     if args.json:

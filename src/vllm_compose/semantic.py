@@ -291,8 +291,7 @@ class _TreeRunner:
         self.seconds = 0.0
 
     def diagnostics(self, commit) -> list[Diagnostic]:
-        from .ampere.gate import export_tree
-        from .trees import GitTree
+        from .trees import GitTree, export_tree
 
         key = str(commit.tree_id)
         if key not in self.cache and self.store is not None:

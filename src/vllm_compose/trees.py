@@ -120,3 +120,18 @@ class OverlayTree:
         for p, data in self.changes.items():
             if p not in seen and data is not None:
                 yield p
+
+
+def export_tree(tree: FileTree, dest: str | os.PathLike) -> Path:
+    """Write the `vllm/` files of `tree` (e.g. a compose branch's tree) to the folder `dest`; return `dest`. For the
+    readers that need plain files: the Ampere gate's loader, the semantic check, the artifacts' clearance."""
+    for path in tree.paths():
+        if not path.startswith("vllm/"):
+            continue
+        data = tree.read(path)
+        if data is None:
+            continue
+        out = Path(dest) / path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    return Path(dest)

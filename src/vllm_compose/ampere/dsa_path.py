@@ -42,6 +42,7 @@ from __future__ import annotations
 import ast
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..trees import FileTree
@@ -239,7 +240,8 @@ class AmperePath:
     composed: TreePath
     stock: TreePath
     classified: list[ClassifiedBlocker]
-    #: how the IndexCache top-k crosses a PP stage boundary, composed and stock (topk_relay.TopkCrossing)
+    #: how the IndexCache top-k crosses a PP stage boundary, composed and stock (`pp.topk_relay.TopkCrossing`, read
+    #: by the caller's `relay`: see `ampere_path`)
     topk_relay: object = None
     stock_topk_relay: object = None
 
@@ -728,9 +730,13 @@ def _has_triton_fallback(blocker: Blocker, composed_path: TreePath) -> bool:
     return False
 
 
-def ampere_path(composed: FileTree, stock: FileTree, tag: str) -> AmperePath:
+def ampere_path(
+    composed: FileTree, stock: FileTree, tag: str, relay: Callable[[FileTree], object] | None = None
+) -> AmperePath:
     """The DSA path of release `tag`: both trees read, the composed tree's blockers classified against the stock
-    tree's (`classify`), and the stock-only blockers recorded as removed by the compose."""
+    tree's (`classify`), and the stock-only blockers recorded as removed by the compose. `relay(tree)`, when given,
+    reads each tree's PP top-k relay into the path (the `ampere-path` command passes `pp.topk_relay.topk_crossing`, a
+    reader of the room above this one, which this one does not import)."""
     composed_path = tree_path(composed)
     stock_path = tree_path(stock)
     by_key = {b.key: b for b in stock_path.blockers}
@@ -746,9 +752,10 @@ def ampere_path(composed: FileTree, stock: FileTree, tag: str) -> AmperePath:
                 admitted = [x.name for x in composed_path.backends if x.admits_ampere is not False]
                 detail = "the composed tree lists " + ", ".join(admitted) + " for 8.x, admitting sm_8x"
             classified.append(ClassifiedBlocker(b, Handling.REMOVED_BY_COMPOSE, detail, b))
-    from ..pp.topk_relay import topk_crossing
-
-    return AmperePath(tag, composed_path, stock_path, classified, topk_crossing(composed), topk_crossing(stock))
+    path = AmperePath(tag, composed_path, stock_path, classified)
+    if relay is not None:
+        path.topk_relay, path.stock_topk_relay = relay(composed), relay(stock)
+    return path
 
 
 # ----------------------------------------------------------------------------------------------------- rendering

@@ -29,6 +29,9 @@ from .kernel_gate import GateResult, load_records, run_gate
 from .kernel_launches import Derivation, DriverOutcome, derive_launches, release_loader
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..trees import FileTree
     from .coverage_record import CoverageCheck
     from .impl_contract import BackendContract
 
@@ -90,7 +93,8 @@ class AmpereGateReport:
     coverage_check: CoverageCheck | None = None
     #: where the derivation ran: the gate environment's interpreter and its torch / Triton versions
     environment: dict[str, Any] | None = None
-    #: whether the tree relays the IndexCache top-k across PP stages (topk_relay.TopkCrossing); reported, not judged
+    #: whether the tree relays the IndexCache top-k across PP stages, as the caller's reader found it
+    #: (`pp.topk_relay.TopkCrossing`, see `gate_release`); reported, not judged
     topk_relay: Any = None
     #: the DSA-path kernels' pointer offsets that multiply 32-bit values (int32_offsets.Int32Offset), from the
     #: tree's source and the derived launches' argument types; reported, not judged
@@ -265,23 +269,9 @@ def tree_version(tree: Path) -> str | None:
 def export_revision(repo_dir: Path, rev: str, dest: Path) -> Path:
     """Write the `vllm/` files of revision `rev` (a branch or tag) of the repository to `dest`; return `dest`."""
     from .. import gitstore
-    from ..trees import GitTree
+    from ..trees import GitTree, export_tree
 
     return export_tree(GitTree.from_revision(gitstore.open_or_init_repo(repo_dir, create=False), rev), dest)
-
-
-def export_tree(tree, dest: Path) -> Path:
-    """Write the `vllm/` files of a `FileTree` (e.g. a compose branch's tree) to `dest`; return `dest`."""
-    for path in tree.paths():
-        if not path.startswith("vllm/"):
-            continue
-        data = tree.read(path)
-        if data is None:
-            continue
-        out = Path(dest) / path
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(data)
-    return Path(dest)
 
 
 def require_gate(tree: Path, label: str, tag: str | None = None) -> AmpereGateReport:
@@ -388,15 +378,19 @@ def gate_release(
     tree: Path | None = None,
     record: bool = False,
     progress=None,
+    relay: Callable[[FileTree], Any] | None = None,
 ) -> AmpereGateReport:
     """The gate of `--tree DIR`, or of the compose branch of `tag` in `repo_dir` (the tag itself with `stock`),
     exported to a temporary folder, in the gate's environment. The counts are checked against the record of `tag`
     (composed or stock; for `--tree`, only when `tag` names what the folder is), or, with `record`, written as
-    that record. Raises `ComposeError` (exit 3) for a missing tag, branch or folder."""
+    that record. Raises `ComposeError` (exit 3) for a missing tag, branch or folder.
+
+    `relay(tree)`, when given, reads the PP top-k relay of the gated tree into the report, beside the verdict it does
+    not enter (the `ampere-gate` command passes `pp.topk_relay.topk_crossing`: a reader of the room above this one,
+    which this one does not import)."""
     import tempfile
 
     from ..errors import ComposeError
-    from ..pp.topk_relay import topk_crossing
     from ..trees import DirTree
     from . import coverage_record
 
@@ -409,7 +403,8 @@ def gate_release(
         if not (Path(tree) / "vllm").is_dir():
             raise ComposeError(f"--tree {tree} holds no vllm/ folder", hint="pass the folder that holds vllm/")
         report = gate_in_environment(Path(tree), label=str(tree), release=release, progress=progress)
-        report.topk_relay = topk_crossing(DirTree(Path(tree)))
+        if relay is not None:
+            report.topk_relay = relay(DirTree(Path(tree)))
         version = tree_version(Path(tree))
     else:
         if not tag:
@@ -426,7 +421,8 @@ def gate_release(
         with tempfile.TemporaryDirectory(prefix="vllm-compose-ampere-gate-") as tmp:
             exported = export_revision(repo_dir, rev, Path(tmp))
             report = gate_in_environment(exported, label=label, release=release, progress=progress)
-            report.topk_relay = topk_crossing(DirTree(exported))
+            if relay is not None:
+                report.topk_relay = relay(DirTree(exported))
     if record:
         tools = report.coverage_check.tools
         updated = coverage_record.with_counts(coverage_record.load_record(), report, *release, tools)

@@ -26,14 +26,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..ampere.gate import AmpereGateReport, export_tree, require_gate
+from ..ampere.gate import AmpereGateReport, require_gate
 from ..checks import CheckReport, failure_hint, run_checks
 from ..composed_branch import ComposedBranch
 from ..errors import RefusedError
 from ..results import Severity
 from ..review import Review, landings_of_commit, load_approvals, require_reviewed, review_of
 from ..series import load_series
-from ..trees import FileTree
+from ..trees import FileTree, export_tree
 
 #: what the report and the JSON say when the Ampere gate was not run
 AMPERE_GATE_SKIPPED = "--no-ampere-gate"

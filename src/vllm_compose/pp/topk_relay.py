@@ -38,6 +38,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ..ampere.dsa_path import dsa_model_classes
 from ..ampere.release_source import DsaPathError, absolute_module, module_path, release_source
 from ..trees import FileTree
 
@@ -317,8 +318,6 @@ def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
 def serving_model_files(tree: FileTree) -> list[str]:
     """The files the registry's DSA architectures are served from on CUDA (deepseek_v2.py up to v0.28.0, the
     deepseek_v32 package from v0.29.0), GLM-5.x's first."""
-    from ..ampere.dsa_path import dsa_model_classes
-
     models = sorted(
         (m for m in dsa_model_classes(tree) if m.role == "model"), key=lambda m: m.arch != "GlmMoeDsaForCausalLM"
     )
