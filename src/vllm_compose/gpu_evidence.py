@@ -46,7 +46,7 @@ class ReleaseEvidence:
     runs: int = 0
     #: recall-model suites (`recall_run`), label -> the latest result's outcome
     recall: dict[str, RecallOutcome] = field(default_factory=dict)
-    #: the current compose's DSA files (`recall_run.DSA_MODULES` -> sha256, first 16 hex digits), set by whoever
+    #: the current compose's DSA files (`proof.fingerprint.DSA_MODULES` -> sha256, first 16 hex digits), set by whoever
     #: knows the branch (`status`): the recall cell then says whether each run's tree was this compose's
     current_sources: dict[str, str] | None = None
 
@@ -85,7 +85,7 @@ class RecallOutcome:
     #: suite ran without it
     oracle_checks: int = 0
     oracle_failed: int = 0
-    #: the DSA files the run imported (`recall_run.dsa_sources`); empty for results written before it was recorded
+    #: the DSA files the run imported (`proof.fingerprint.dsa_sources`); empty for results written before it was recorded
     sources: tuple[tuple[str, str], ...] = ()
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import compose
-from .ampere import gate as ampere_gate
+from .ampere.gate import gate_release, prepare_environment
 from .ampere.gate_env import GateEnvironmentError
 from .atomicfile import write_atomically
 from .cache import Cache
@@ -36,7 +36,7 @@ class ReleaseStatus:
 
     compose: object  # results.ComposeResult
     #: the gate's report of the compose branch, or why it was not run
-    gate: object | str | None = None  # ampere_gate.AmpereGateReport | str
+    gate: object | str | None = None  # ampere.gate.AmpereGateReport | str
     #: the gate's report of the stock release, or why it was not run
     stock_gate: object | str | None = None
     gpu: object | None = None  # gpu_evidence.ReleaseEvidence
@@ -66,7 +66,7 @@ def release_statuses(
     unavailable = None
     if run_ampere_gate:
         try:
-            ampere_gate.prepare_environment(say)
+            prepare_environment(say)
         except GateEnvironmentError as exc:
             unavailable = exc.message
     rows = []
@@ -78,10 +78,8 @@ def release_statuses(
         if not run_ampere_gate or unavailable:
             row.gate = row.stock_gate = unavailable or "--no-ampere-gate"
         else:
-            row.gate = (
-                ampere_gate.gate_release(repo_dir, series_dir, tag) if result.status is ComposeStatus.COMPOSED else None
-            )
-            row.stock_gate = ampere_gate.gate_release(repo_dir, series_dir, tag, stock=True)
+            row.gate = gate_release(repo_dir, series_dir, tag) if result.status is ComposeStatus.COMPOSED else None
+            row.stock_gate = gate_release(repo_dir, series_dir, tag, stock=True)
         row.topk_relay, row.stock_topk_relay = topk_relay.branch_crossings(
             repo_dir, series_dir, tag, composed=result.status is ComposeStatus.COMPOSED
         )
@@ -92,10 +90,10 @@ def release_statuses(
 
 
 def dsa_file_hashes(repo_dir: Path, branch: str) -> dict[str, str]:
-    """The compose branch's DSA files as `recall_run.dsa_sources` fingerprints an installed tree (module -> sha256,
+    """The compose branch's DSA files as `proof.fingerprint.dsa_sources` fingerprints an installed tree (module -> sha256,
     first 16 hex digits, or "not found"), so that a GPU result says whether it ran this compose."""
     from . import gitstore
-    from .proof.recall_run import DSA_MODULES, source_fingerprint
+    from .proof.fingerprint import DSA_MODULES, source_fingerprint
     from .trees import GitTree
 
     tree = GitTree.from_revision(gitstore.open_or_init_repo(repo_dir, create=False), branch)

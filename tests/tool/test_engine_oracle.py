@@ -454,14 +454,14 @@ def test_oracle_verdict_needs_every_required_check():
 def test_dsa_sources_fingerprints_the_files_that_would_be_imported(tmp_path, monkeypatch):
     import hashlib
 
-    from vllm_compose.proof import recall_run
+    from vllm_compose.proof import fingerprint
 
     pkg = tmp_path / "fakepkg_dsa"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "kernel.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    got = recall_run.dsa_sources(("fakepkg_dsa.kernel", "fakepkg_dsa.missing", "no_such_pkg.x"))
+    got = fingerprint.dsa_sources(("fakepkg_dsa.kernel", "fakepkg_dsa.missing", "no_such_pkg.x"))
     assert got["fakepkg_dsa.kernel"] == hashlib.sha256(b"X = 1\n").hexdigest()[:16]
     assert got["fakepkg_dsa.missing"] == "not found" and got["no_such_pkg.x"] == "not found"
     assert "fakepkg_dsa.kernel" not in sys.modules  # fingerprinted, not imported

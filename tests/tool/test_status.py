@@ -75,7 +75,7 @@ def test_dsa_file_hashes_fingerprint_the_branch_as_recall_runs_fingerprint_an_in
     import hashlib
     import subprocess
 
-    from vllm_compose.proof.recall_run import DSA_MODULES
+    from vllm_compose.proof.fingerprint import DSA_MODULES
     from vllm_compose.status import dsa_file_hashes
 
     repo = tmp_path / "vllm"

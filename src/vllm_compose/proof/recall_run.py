@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import ComposeError
 from . import engine_faults, engine_oracle
+from .fingerprint import dsa_sources
 from .recall_model import Fault, RecallSpec, make_prompts, predict, spec_from_json
 
 
@@ -271,44 +272,6 @@ def spec_metrics(llm) -> dict:
                 out[m.name] = value
     except Exception as exc:  # metrics API drift must not lose the tokens
         out["error"] = repr(exc)
-    return out
-
-
-#: the modules of the DSA path whose source a result fingerprints (which compose ran: a staged tree's version string
-#: is the release's own)
-DSA_MODULES = (
-    "vllm.v1.attention.ops.mqa_logits_triton",
-    "vllm.v1.attention.ops.triton_mla_sparse_kernel",
-    "vllm.model_executor.layers.sparse_attn_indexer",
-    "vllm.v1.attention.backends.mla.triton_mla_sparse",
-    "vllm.v1.attention.backends.mla.xpu_mla_sparse",
-)
-
-
-def source_fingerprint(data: bytes) -> str:
-    """A DSA module's fingerprint: the sha256 of its source, first 16 hex digits (`dsa_sources`, and the status's
-    fingerprint of a compose branch, compare these)."""
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def dsa_sources(modules: tuple[str, ...] = DSA_MODULES) -> dict[str, str]:
-    """sha256 (first 16 hex digits) of each DSA module's source file as the interpreter would import it, without
-    importing it; 'not found' where the installed vLLM has no such module."""
-    import importlib.util
-
-    out = {}
-    for name in modules:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        origin = getattr(spec, "origin", None)
-        if origin and Path(origin).is_file():
-            out[name] = source_fingerprint(Path(origin).read_bytes())
-        else:
-            out[name] = "not found"
     return out
 
 
