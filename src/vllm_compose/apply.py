@@ -20,7 +20,7 @@ from .conflict import reject_text, with_markers
 from .errors import ComposeError, ExitCode
 from .patchfile import FilePatch, Patch, decode_text, encode_text, join_lines, split_lines
 from .placement import Verdict, place_file
-from .results import hunk_json
+from .verdicts import hunk_json
 
 #: conflict marker labels (diff3 style, as `git merge-file --diff3` writes them)
 

@@ -42,8 +42,8 @@ from pyflakes import messages as pyflakes_messages
 
 from .atomicfile import write_atomically
 from .patchfile import decode_text
-from .results import CheckStatus, Severity
 from .trees import DirTree, FileTree
+from .verdicts import CheckStatus, Severity
 
 #: the check statuses and finding severities by their short names (results.CheckStatus, results.Severity)
 PASS, FAIL, WARN, SKIPPED = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.WARN, CheckStatus.SKIPPED

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import ExitCode, RepositoryError
+from .verdicts import AuditVerdict, CheckStatus, Severity, hunk_json
 from .verdicts import Verdict as HunkVerdict
 
 if TYPE_CHECKING:
@@ -66,52 +67,6 @@ class Method(enum.StrEnum):
 
     PLACEMENT = "placement"  # the placement engine, hunk by hunk
     MERGE = "3-way merge"  # git's merge of the entry's pinned commits, file by file
-
-
-class CheckStatus(enum.StrEnum):
-    """The outcome of one check (`checks`)."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    WARN = "warn"
-    SKIPPED = "skipped"  # could not run here (no runtime, --no-checks); never reads as "pass"
-
-
-class Severity(enum.StrEnum):
-    """How bad a check's finding is: an error fails the check, a warning is shown."""
-
-    ERROR = "error"
-    WARNING = "warning"
-
-
-class AuditVerdict(enum.StrEnum):
-    """What the audit found for one hunk."""
-
-    EXACT = "exact"  # landed where the engine puts it; pre-image verbatim at the header's line
-    OFFSET = "offset"  # landed where the engine puts it; pre-image verbatim at another line
-    FUZZY = "fuzzy"  # landed at the engine's unique best site though the context differed
-    ALREADY_APPLIED = "already-applied"  # stock (or the earlier patches) already contained the change
-    MISPLACED = "misplaced"  # landed elsewhere than the engine's site, or where the engine finds no site
-    FAILED = "failed"  # the change is not present in the patched file
-    AMBIGUOUS = "ambiguous"  # the engine finds no unique right site
-
-    def __str__(self) -> str:
-        return self.value
-
-
-def hunk_json(h) -> dict:
-    """One hunk's record in the apply and the audit JSON reports (`apply.AppliedHunk`, `audit.AuditHunk`): one
-    schema, so a reader of either report reads both. Here, in the vocabulary both share, so that the audit's JSON
-    needs no renderer (the renderers import the pipeline the audit must stay out of)."""
-    return {
-        "patch": h.patch,
-        "file": h.file,
-        "hunk": h.hunk,
-        "verdict": h.verdict.value,
-        "landed_at": h.landed_at,
-        "expected_at": h.expected_at,
-        "reason": h.reason,
-    }
 
 
 class OverlayStatus(enum.StrEnum):

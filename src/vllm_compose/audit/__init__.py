@@ -13,7 +13,7 @@ directly or through another module, reaches `placement` or `scope`). Three modul
 
 from __future__ import annotations
 
-from ..results import AuditVerdict
+from ..verdicts import AuditVerdict
 from .landings import BAD_VERDICTS, AuditHunk, AuditReport, audit
 
 __all__ = ["BAD_VERDICTS", "AuditHunk", "AuditReport", "AuditVerdict", "audit"]

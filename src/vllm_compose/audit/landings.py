@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from ..patchfile import Hunk, Patch, decode_text, split_lines
-from ..results import AuditVerdict, hunk_json
 from ..trees import FileTree
+from ..verdicts import AuditVerdict, hunk_json
 from . import anchors
 from .align import Alignment, ChangeGroup, Site, change_groups, claim, group_sites
 
