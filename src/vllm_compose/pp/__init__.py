@@ -6,4 +6,7 @@
 * `topk_relay`: whether a release's model relays the IndexCache top-k rows to the next stage, read by syntax from
   the release's tree with the DSA path's reader (`ampere.release_source`, `ampere.dsa_path`): the per-release
   property the status table and `ampere-path` print.
+
+The Ampere gate and the DSA-path page carry the relay their callers read here (`relay=topk_crossing`): the
+`ampere` room never imports this one (tests/tool/test_layering.py).
 """
