@@ -94,7 +94,7 @@ def test_a_failure_after_a_pass_shows_and_a_pass_outranks_a_failure_of_the_same_
 
 def test_the_repository_results_show_what_sessions_6_and_7_ran():
     ev = collect_gpu_evidence(RESULTS)
-    assert set(ev) == {"0.26.0", "0.29.0", "0.33.0"}
+    assert set(ev) == {"0.26.0", "0.29.0", "0.33.0", "0.34.0"}
     assert {RunConfig(1, 2), RunConfig(2, 2), RunConfig(2, 2, True)} <= ev["0.26.0"].as_predicted
     # session 6 ran v0.33.0's compose before series entry 0031 and failed on the first forward
     # (record_logical_topk_ready); session 7 ran it with 0031, and v0.29.0's, at PP1
@@ -102,6 +102,24 @@ def test_the_repository_results_show_what_sessions_6_and_7_ran():
         assert ev[version].as_predicted == {RunConfig(1, 0), RunConfig(1, 1), RunConfig(1, 2)}, version
         assert ev[version].failed == {} and ev[version].not_as_predicted == set(), version
     assert ev["0.33.0"].sessions == {"2026-12-01-s6", "2026-12-01-s7"}
+
+
+def test_the_repository_recall_results_of_v0_33_0_and_v0_34_0_are_their_current_composes_on_sm80_ptx():
+    """The recall runs of the v0.33.0 and v0.34.0 composes (one H200, every kernel built as sm_80 PTX): each suite
+    as predicted, the eager one with its five faults caught, in a folder of their own; the v0.34.0 run without entry
+    0043, which stopped at the JIT warm-up, is kept outside `recall/` and counts for no suite."""
+    ev = collect_gpu_evidence(RESULTS)
+    for version, labels in (
+        ("0.33.0", {"eager", "mtp1", "mtp2", "graph_mtp1", "graph_mtp2"}),
+        ("0.34.0", {"eager", "mtp1", "mtp2", "graph", "graph_mtp1", "graph_mtp2"}),
+    ):
+        recall = ev[version].recall
+        assert labels <= set(recall), version
+        assert all(recall[label].passed for label in labels), version
+        assert {recall[label].folder for label in labels} == {f"2026-12-04-v{version}"}
+    assert "5 of 5 faults caught" in ev["0.34.0"].summary()
+    warmup = json.loads((RESULTS / "2026-12-04-v0.34.0" / "other" / "without-0043-graph.json").read_text())
+    assert not warmup["passed"] and "fp8e4nv not supported" in warmup["error"]
 
 
 def _recall(root: Path, folder: str, name: str, label: str, passed: bool, version="0.26.0", **suite) -> None:
