@@ -278,7 +278,8 @@ class Composer:
     def _dropped_with(self, entry) -> str | None:
         """Why `entry` goes out with an entry this compose does not apply, or None. A fix whose `resolves` name only
         hunks of entries that are not applied (upstream, or outside their tags) re-targets content that is not there:
-        applied anyway it would land somewhere else (issue 15's v0.30.0 finding). An entry whose `requires` names an
+        applied anyway it would land somewhere else (a fix written for a PR's hunks, on the release that ships the
+        PR). An entry whose `requires` names an
         entry that is not applied goes too. Raises `SeriesError` where dropping would lose hunks a fix carries for an
         entry that is applied."""
         gone = self._not_applied()

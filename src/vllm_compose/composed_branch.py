@@ -10,7 +10,7 @@ This module sits below both the compose (which labels the branch it writes, `com
 gates that read the branch, so neither has to import the other.
 
 The version label (`local_label`): `compose.<PR numbers>.g<digest>`, e.g. `compose.46994.38476.g1a2b3c4`. The PR
-numbers say what is in it (the issue's example form). The `g` + first 7 hex digits of the overlay digest (sha256
+numbers say what is in it. The `g` + first 7 hex digits of the overlay digest (sha256
 over every changed `vllm/` path and its composed content, `overlay_digest`) make two different series (other fixes,
 another PR revision) give different versions, while composing the same series onto the same release twice gives the
 same version: the digest is content, not history, so a rebuild is recognised as the same thing, and the wheel and

@@ -3,8 +3,9 @@ release, each finding named after the series entry that introduced it.
 
 The compose's own checks (checks.py) find syntax errors and undefined names. They cannot see a keyword argument the
 callee does not take, an attribute the release's class lacks, or an override that no longer matches its base:
-those are TypeError / AttributeError at run time, on the GPU. The simulated arrival of v0.30.0 (issue 15) composed
-with exit 0 and a fix that passed `propose()` a keyword argument it no longer accepts.
+those are TypeError / AttributeError at run time, on the GPU. A compose onto v0.30.0 with a fix written for
+v0.28.0/v0.29.0 exits 0, and the fix passes `propose()` a keyword argument it no longer accepts
+(tests/tool/test_semantic.py).
 
 The engine is ty (Astral's checker, Rust; ~10 s for the whole `vllm/` package on 2 cores, with a CPU torch in the
 environment so tensor types resolve). A finding is (file, rule, message) without its line, compared as a multiset:

@@ -310,7 +310,7 @@ def test_tools_on_a_drifted_case():
         assert fuzzy.text == case.truth
 
 
-# --- the classes added for issue 16: no bracket in the context, import statements, synthetic drift ---------------
+# --- the classes without a bracket in the context, import statements, synthetic drift ----------------------------
 
 LONG = textwrap.dedent(
     """\

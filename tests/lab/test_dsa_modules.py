@@ -1,10 +1,10 @@
 """`lab/device/dsa_modules.py`: the modules a validation run imports, which make_lock.py's import probe and check_env.py
-import. Two mistakes it had, both found on the GPU or by reading the releases:
+import. Two mistakes it must not make, each of which breaks a run:
 
-- It chose the model path by whether `vllm/models/deepseek_v32/` exists. v0.26.0-v0.28.0 ship that folder but
-  their registry maps the DSA architecture to `deepseek_v2`, so the probe imported the wrong model for them.
-- It missed the module `LLM.__init__` imports inside a function (the server's argument parser, which imports the
-  tool parsers and so partial_json_parser): the H200 run of composed v0.29.0 (session 7) failed with
+- Choosing the model path by whether `vllm/models/deepseek_v32/` exists. v0.26.0-v0.28.0 ship that folder but
+  their registry maps the DSA architecture to `deepseek_v2`, so the probe would import the wrong model for them.
+- Missing the module `LLM.__init__` imports inside a function (the server's argument parser, which imports the
+  tool parsers and so partial_json_parser): an H200 run of composed v0.29.0 fails with
   `ModuleNotFoundError: No module named 'partial_json_parser'` on a payload chosen by the probe.
 """
 

@@ -92,12 +92,12 @@ def test_a_failure_after_a_pass_shows_and_a_pass_outranks_a_failure_of_the_same_
     assert ev.runs == 7
 
 
-def test_the_repository_results_show_what_sessions_6_and_7_ran():
+def test_the_repository_results_show_the_pp1_runs_of_v0_29_0_and_v0_33_0():
     ev = collect_gpu_evidence(RESULTS)
     assert set(ev) == {"0.26.0", "0.29.0", "0.33.0", "0.34.0"}
     assert {RunConfig(1, 2), RunConfig(2, 2), RunConfig(2, 2, True)} <= ev["0.26.0"].as_predicted
-    # session 6 ran v0.33.0's compose before series entry 0031 and failed on the first forward
-    # (record_logical_topk_ready); session 7 ran it with 0031, and v0.29.0's, at PP1
+    # v0.33.0's compose ran twice: without series entry 0031 it failed on the first forward
+    # (record_logical_topk_ready), with it (and v0.29.0's) it ran at PP1 as predicted; both folders count
     for version in ("0.29.0", "0.33.0"):
         assert ev[version].as_predicted == {RunConfig(1, 0), RunConfig(1, 1), RunConfig(1, 2)}, version
         assert ev[version].failed == {} and ev[version].not_as_predicted == set(), version

@@ -2,7 +2,7 @@
 `record_logical_topk_ready()` from v0.30.0, and TRITON_MLA_SPARSE's impl, an `XPUMLASparseImpl`, inherits no such
 method in any release.
 
-The H200 run of session 6 (composed v0.33.0, sm_80 paths forced) failed on the first forward with
+Without 0031, composed v0.33.0 on an H200 (sm_80 paths forced) fails on the first forward with
 `AttributeError: 'TritonMLASparseImpl' object has no attribute 'record_logical_topk_ready'`. These tests show, from
 each release's sdist, where the call exists (so 0031's range is right) and that the base class lacks the method (so
 the fix is needed), and that 0031's hunk defines it on `TritonMLASparseImpl`.

@@ -1,6 +1,6 @@
 """Series rules: a fix whose `resolves` name only hunks of an entry the compose does not apply goes with it, and an
-entry goes when an entry it `requires` is not applied (issue 15: a fix re-targeting a PR's hunks was still applied
-after the PR was dropped as upstream, and broke the release at run time)."""
+entry goes when an entry it `requires` is not applied (a fix re-targeting a PR's hunks, applied after the PR was
+dropped as upstream, breaks the release at run time)."""
 
 from __future__ import annotations
 

@@ -170,7 +170,7 @@ COMPOSE = {
     """,
 }
 
-#: the lead's SOFTWARE_E4M3 fix in miniature: the hardware fp8 stores only where SOFTWARE_E4M3 is false
+#: the series' SOFTWARE_E4M3 fix in miniature: the hardware fp8 stores only where SOFTWARE_E4M3 is false
 E4M3 = {
     "vllm/models/deepseek_v32/common/kernels.py": """
         from vllm.models.deepseek_v32.common.e4m3 import SOFTWARE_E4M3, e4m3fn_bits

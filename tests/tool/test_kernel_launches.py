@@ -12,7 +12,7 @@ because 0043 makes the indexer's start-up JIT warm-up register that uint8 pack, 
 fails on exactly those kernels. Those entries need no PR diff, so CI applies them alone onto the stock sdists and
 gates the result.
 
-Gate wall time (`vllm-compose ampere-gate`, both targets, 16-core CPU, Triton 3.6.0), measured 2026-12-01: composed
+Gate wall time (`vllm-compose ampere-gate`, both targets, 16-core CPU, Triton 3.6.0), as measured: composed
 v0.26.0 74 s with an empty Triton cache, 7.7 s warm; compose branch v0.30.0 from a compose repository 19 s (cache
 warm from v0.26.0's shared kernels) and 14 s warm, the branch export included; stock sdist trees 4-12 s (the
 fp8e4nv failure comes early). The derivation alone takes 2-8 s per capability.

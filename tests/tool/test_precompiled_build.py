@@ -189,7 +189,7 @@ def test_the_build_takes_the_verified_stock_wheel_labels_the_version_and_leaves_
 
 
 def test_without_the_build_setup_the_toy_build_fails_like_a_cuda_build(toy_series, toy_vllm, tmp_path):
-    """The control: the toy setup.py is the plain `pip install -e vllm/` failure the issue saw."""
+    """The control: the toy setup.py is the plain `pip install -e vllm/` failure of a CUDA build."""
     assert compose(toy_series, toy_vllm, "v1.0.0") == 0  # no stock-wheels.toml: no build setup
     done = run_setup(toy_vllm, tmp_path / "cache")
     assert done.returncode != 0 and "Could NOT find CUDA" in done.stderr

@@ -1,6 +1,6 @@
 """`semantic-check`: ty on a compose branch against its release, each new finding named after its entry.
 
-The case is issue 15's simulated arrival of v0.30.0: a fix written for v0.28/v0.29 that calls a PPHandler method the
+The case is a release's arrival, v0.30.0: a fix written for v0.28/v0.29 that calls a PPHandler method the
 release renamed (`broadcast_draft`, now `broadcast_drafts`) and passes a keyword argument the callee does not take.
 The compose passed its checks (undefined names only); these are AttributeError / TypeError at run time. Here the two
 mistakes are two entry commits on a branch over the real v0.30.0 (from its PyPI sdist), with a third entry that

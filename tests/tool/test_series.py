@@ -70,7 +70,7 @@ def test_series_case(name):
 
 
 def test_bad_input_cases_are_counted():
-    # the issue asks for each kind of bad series input to have its own test; keep this list from shrinking
+    # each kind of bad series input has its own test; keep this list from shrinking
     assert len(ERROR_CASES) >= 25
 
 

@@ -28,7 +28,7 @@ The steps, each a public function:
 
 The bound (why not all of vLLM): the forward pass of these models touches hundreds of modules (config, distributed,
 loaders), but the kernels that can need a newer GPU sit in a few. The closure starts at the serving classes' modules,
-the modules the brief of the DSA path names, and the sparse-MLA backends that admit sm_8x, and follows `from vllm...
+the DSA modules named in `SEEDS`, and the sparse-MLA backends that admit sm_8x, and follows `from vllm...
 import` edges (module level and inside functions; not under `if TYPE_CHECKING:`) only into modules under `BOUND`.
 Module granularity over-approximates: a module on the path counts whole (e.g. all of `deepseek_v2.py`).
 Left out on purpose: the fused-MoE expert backends other than the Triton kernels (`fused_moe/fused_moe.py`) — the
@@ -87,7 +87,7 @@ BOUND: tuple[str, ...] = (
     "vllm/models/common/ops/",  # the fused all-reduce + RMSNorm the deepseek_v32 models call
 )
 
-#: seeds beyond the serving classes: the brief's named modules, entered where present
+#: seeds beyond the serving classes: the indexer's and the sparse MLA's own modules, entered where present
 SEEDS: tuple[str, ...] = (
     "vllm/model_executor/layers/sparse_attn_indexer.py",
     "vllm/v1/attention/backends/mla/indexer.py",

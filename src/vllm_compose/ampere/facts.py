@@ -125,7 +125,7 @@ LAUNCH_CONTRACT: dict[str, tuple[object, str]] = {
 #: (a use of fp8e4nv in a pruned branch is never compiled). Only the branch of the `if` is pruned: what follows a
 #: constexpr early return (`if not QUANTIZE_MQA: return`) is still traced and compiled. Why each value holds on Ampere:
 AMPERE_CONSTEXPR: dict[str, tuple[bool, str]] = {
-    # the lead's series fix (vllm/models/deepseek_v32/common/e4m3.py): true on CUDA below sm_89
+    # the series' fix (vllm/models/deepseek_v32/common/e4m3.py): true on CUDA below sm_89
     "SOFTWARE_E4M3": (True, "software E4M3 on sm_8x (SOFTWARE_E4M3)"),
     # the MLA KV-cache layouts: all off with the Ampere launch contract's bf16 KV cache (`--kv-cache-dtype auto`)
     "MLA_CACHE_FP8": (False, "off with a bf16 KV cache (MLA_CACHE_FP8)"),

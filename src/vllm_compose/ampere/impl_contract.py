@@ -1,8 +1,9 @@
 """The methods the DSA path calls on its attention impl, against the impl of each sparse-MLA backend Ampere takes.
 
 A backend the compose adds (TRITON_MLA_SPARSE) must answer every method the release's attention layers call on
-`self.impl`: the release grows that contract as it goes (v0.30.0's `record_logical_topk_ready`, which the composed
-impl lacked and which only a GPU run showed, session 6). This reads, from the tree's code and nothing else:
+`self.impl`: the release grows that contract as it goes (v0.30.0's `record_logical_topk_ready`: an impl without it
+passes every check on a CPU and fails on a GPU at the first forward). This reads, from the tree's code and nothing
+else:
 - the calls `<...>.impl.NAME(...)` in the modules of the DSA path (`dsa_path.path_modules`), each with whether a
   condition of its own function decides if it runs (an enclosing `if`, a conditional expression, or an earlier
   operand of an `and`/`or`);
