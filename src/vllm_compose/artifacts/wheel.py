@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -42,6 +42,10 @@ from ..errors import ComposeError, SourceError
 from ..index import IndexUnreachable, download, list_index_files, pip_index_url, redact_url
 from ..progress import ProgressCallback
 from ..trees import FileTree
+
+if TYPE_CHECKING:
+    from ..composed_branch import ComposedBranch
+    from .clearance import Clearance
 
 #: source-tree paths outside the package whose change needs a source build (compiled code or build metadata)
 SOURCE_BUILD_PREFIXES = ("csrc/", "cmake/", "rust/", "requirements/")
@@ -82,6 +86,27 @@ class OverlayPlan:
     delete: set[str] = field(default_factory=set)
     #: changed paths outside the package (tests, docs, examples): not part of any wheel
     ignored: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WheelBuild:
+    """What `vllm-compose wheel` built: the overlay wheel, the stock wheel under it, the branch it is of and the
+    clearance the branch passed."""
+
+    wheel: Path
+    stock_wheel: Path
+    branch: ComposedBranch
+    clearance: Clearance
+
+    def to_json(self) -> dict:
+        return {
+            "wheel": str(self.wheel),
+            "stock_wheel": str(self.stock_wheel),
+            "branch": self.branch.to_json(),
+            "checks": self.clearance.checks.to_json(),
+            "ampere_gate": self.clearance.ampere_gate_json(),
+            "review": self.clearance.review.to_json(),
+        }
 
 
 def record_hash(data: bytes) -> str:

@@ -1,0 +1,69 @@
+"""`prove`: the recall model's proof suites on the installed vLLM (a GPU machine), its options and its handler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import CommandLineError, ExitCode
+
+
+def add_parsers(sub) -> None:
+    """Add this group's commands to `sub`, each with its handler (`handler` in the parsed arguments)."""
+    pr = sub.add_parser(
+        "prove",
+        help="prove on this GPU that the installed vLLM's sparse attention reads the right tokens (recall model)",
+        description="Write the GLM-5-shaped recall model into --model-dir (unless it is there), then run each suite "
+        "in a fresh interpreter: its tokens must be the predicted ones, and in eager suites every injected fault "
+        "(top-k shifted, another request's, the previous step's, an unfilled shared buffer, a zeroed output) must "
+        "change them. Run it in the environment vLLM is installed in.",
+    )
+    pr.add_argument("--model-dir", type=Path, metavar="DIR", help="the recall checkpoint's folder (required to run)")
+    pr.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help="a suite to run (repeatable; default: eager, mtp1, mtp2, graph, graph_mtp1, graph_mtp2); --list names them",
+    )
+    pr.add_argument("--list", action="store_true", help="list the suites and exit")
+    pr.add_argument("--shape", choices=("glm5", "tiny"), default="glm5", help="the model written (default glm5)")
+    pr.add_argument(
+        "--moe-quant",
+        choices=("none", "w4a16"),
+        default="none",
+        help="routed experts as written: bf16 (default) or compressed-tensors int4 (Marlin on sm_80)",
+    )
+    pr.add_argument("--out", type=Path, default=Path("prove-results"), metavar="DIR", help="default prove-results/")
+    pr.add_argument("--timeout", type=float, metavar="S", help="seconds per suite (default: none)")
+    pr.set_defaults(handler=prove)
+
+
+def prove(args) -> int:
+    from ..proof import suites as proof
+
+    if args.list:
+        for name, fields in proof.SUITES.items():
+            print(f"{name:14} {json.dumps(fields)}")
+        return ExitCode.OK
+    if args.model_dir is None:
+        raise CommandLineError("--model-dir DIR is required to run suites", hint="e.g. --model-dir /data/recall-glm5")
+    names = args.suite or list(proof.DEFAULT_SUITES)
+    for name in names:
+        proof.suite(name, args.model_dir)  # an unknown name stops before the model is written
+    quant = "" if args.moe_quant == "none" else args.moe_quant
+    if proof.ensure_model(args.model_dir, args.shape, quant):
+        print(f"wrote the {args.shape} recall model{f' ({quant} experts)' if quant else ''} to {args.model_dir}")
+
+    def done(result: dict) -> None:
+        label = result["suite"]["label"]
+        verdict = "passed" if result["passed"] else "FAILED"
+        print(f"{label}: {verdict} ({result.get('vllm_version', '?')})")
+        for check, ok in result.get("checks", []):
+            print(f"  {'ok ' if ok else 'NO '} {check}")
+        if result.get("error"):
+            print(f"  error: {result['error'][:500]}")
+
+    results = proof.run(args.model_dir, names, args.out, on_done=done, timeout_s=args.timeout)
+    passed = sum(r["passed"] for r in results)
+    print(f"{passed} of {len(results)} suites passed; results in {args.out}/")
+    return ExitCode.OK if passed == len(results) else ExitCode.REFUSED
