@@ -230,10 +230,11 @@ def tree_bytes(repo: Path = REPO) -> int:
 def default_part_bytes(repo: Path = REPO) -> int:
     """A part that fits one call beside the repository's tree (`CALL_BYTES` less the tree less `CALL_MARGIN`),
     rounded down to 64 KiB. Raises StageError when the tree leaves less than 8 MiB."""
-    part = (CALL_BYTES - tree_bytes(repo) - CALL_MARGIN) & ~0xFFFF
+    tree = tree_bytes(repo)
+    part = (CALL_BYTES - tree - CALL_MARGIN) & ~0xFFFF
     if part < 8 << 20:
         raise StageError(
-            f"the repository's files take {tree_bytes(repo)} bytes of a call's {CALL_BYTES}: too little is left for "
+            f"the repository's files take {tree} bytes of a call's {CALL_BYTES}: too little is left for "
             "a part; give --part-mib, or move large files out of the tree"
         )
     return part

@@ -40,6 +40,10 @@ class Room:
     imports: tuple[str, ...]
 
 
+#: what every stage of the pipeline above the sources may read: the error base, git plumbing, patches, the typed
+#: results, the series and its sources
+FOUNDATION = ("errors", "plumbing", "patches", "results", "series", "sources")
+
 #: the README's module table, bottom up: each room's modules and the rooms it may import
 ROOMS: dict[str, Room] = {
     "errors": Room(("errors",), ()),
@@ -55,21 +59,13 @@ ROOMS: dict[str, Room] = {
     "checks": Room(("checks",), ("errors", "plumbing", "patches", "results", "sources")),
     "conflicts": Room(("conflict",), ("errors", "plumbing", "patches", "results", "series", "placement")),
     "review": Room(("review",), ("errors", "plumbing", "patches", "series", "placement")),
-    "replay": Room(
-        ("replay",),
-        ("errors", "plumbing", "patches", "results", "series", "sources", "placement", "conflicts", "review"),
-    ),
+    "replay": Room(("replay",), (*FOUNDATION, "placement", "conflicts", "review")),
     # the compose branch read back, and its last commit (the build over the precompiled stock wheel)
     "branch": Room(("composed_branch", "precompiled", "precompiled_hook"), ("errors", "plumbing", "results", "series")),
     "orchestrator": Room(
         ("compose",),
         (
-            "errors",
-            "plumbing",
-            "patches",
-            "results",
-            "series",
-            "sources",
+            *FOUNDATION,
             "audit",
             "checks",
             "conflicts",
@@ -87,12 +83,7 @@ ROOMS: dict[str, Room] = {
     "surveys": Room(
         ("apply", "status", "gpu_evidence", "series_diff", "pr_bump", "semantic", "validate"),
         (
-            "errors",
-            "plumbing",
-            "patches",
-            "results",
-            "series",
-            "sources",
+            *FOUNDATION,
             "placement",
             "conflicts",
             "branch",
@@ -109,12 +100,7 @@ ROOMS: dict[str, Room] = {
     "artifacts": Room(
         ("artifacts",),
         (
-            "errors",
-            "plumbing",
-            "patches",
-            "results",
-            "series",
-            "sources",
+            *FOUNDATION,
             "audit",
             "checks",
             "review",

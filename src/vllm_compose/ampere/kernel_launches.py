@@ -143,20 +143,18 @@ class Release:
                 hint="the release moved or renamed it: update the driver in kernel_launches.py",
             ) from exc
 
-    def has_method(self, module: str, cls: str, name: str) -> bool:
-        """Whether class `cls` of `module` defines method `name` (read from the source)."""
+    def method_node(self, module: str, cls: str, name: str) -> ast.FunctionDef | None:
+        """The syntax tree of method `name` of class `cls` of `module`, read from the source; None when the class
+        or the method is not there."""
         body = ast.parse(self.loader.module_file(module).read_text()).body
         klass = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-        return bool(klass) and any(isinstance(n, ast.FunctionDef) and n.name == name for n in klass.body)
+        if klass is None:
+            return None
+        return next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
-    def method(self, module: str, cls: str, name: str) -> Callable:
-        """Method `name` of class `cls` of `module`, defined alone in the module's namespace (the class itself may
-        not load: its bases are vLLM layers the loader does not build)."""
-        ns = self.loader.namespace(module)
-        path = self.loader.module_file(module)
-        body = ast.parse(path.read_text()).body
-        klass = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-        fn = klass and next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    def required_method_node(self, module: str, cls: str, name: str) -> ast.FunctionDef:
+        """`method_node`, or a `DriverError` naming the method when the release lacks it."""
+        fn = self.method_node(module, cls, name)
         if fn is None:
             raise DriverError(
                 f"{module}.{cls}.{name} is missing from {self.label}, where the DSA path needs it",
@@ -164,7 +162,18 @@ class Release:
                 key=f"{cls}.{name}",
                 hint="the release moved or renamed it: update the driver in kernel_launches.py",
             )
-        fn = copy.deepcopy(fn)
+        return fn
+
+    def has_method(self, module: str, cls: str, name: str) -> bool:
+        """Whether class `cls` of `module` defines method `name` (read from the source)."""
+        return self.method_node(module, cls, name) is not None
+
+    def method(self, module: str, cls: str, name: str) -> Callable:
+        """Method `name` of class `cls` of `module`, defined alone in the module's namespace (the class itself may
+        not load: its bases are vLLM layers the loader does not build)."""
+        ns = self.loader.namespace(module)
+        path = self.loader.module_file(module)
+        fn = copy.deepcopy(self.required_method_node(module, cls, name))
         fn.decorator_list = []
         scratch: dict[str, Any] = {}
         exec(compile(ast.Module([fn], []), str(path), "exec"), ns, scratch)  # noqa: S102 - the release's own code
@@ -461,9 +470,7 @@ class _Rope:
 def _init_expression(rel: Release, module: str, cls: str, attr: str) -> Callable[[Stub], Any]:
     """`self.<attr> = <expr>` of `cls.__init__` in the release, as a function of a stub `self`."""
     path = rel.loader.module_file(module)
-    body = ast.parse(path.read_text()).body
-    klass = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-    init = klass and next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    init = rel.method_node(module, cls, "__init__")
     for node in ast.walk(init) if init else ():
         if (
             isinstance(node, ast.Assign)
@@ -765,16 +772,7 @@ def _warmup_statements(rel: Release, module: str, cls: str, method: str) -> Call
     release's defaults; a local the method assigns earlier (`vllm_config = get_current_vllm_config()`) is required,
     so a release whose registrations read a new local fails `Release.call` naming it."""
     path = rel.loader.module_file(module)
-    body = ast.parse(path.read_text()).body
-    klass = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-    fn = next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == method), None) if klass else None
-    if fn is None:
-        raise DriverError(
-            f"{module}.{cls}.{method} is missing from {rel.label}, where the DSA path needs it",
-            tag=rel.label or None,
-            key=f"{cls}.{method}",
-            hint="the release moved or renamed it: update the driver in kernel_launches.py",
-        )
+    fn = rel.required_method_node(module, cls, method)
     blocks = _warmup_blocks(fn.body)
     if not blocks:
         return None
