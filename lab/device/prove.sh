@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the device machine, after `lab/device/stage.py receive 1..N` and `install`: the recall model's proof suites.
-#   lab/device/prove.sh model            write the GLM-5-shaped recall checkpoint to /tmp/vc/recall (on the GPU)
 #   lab/device/prove.sh SUITE...         run suites of vllm_compose.proof.suites.SUITES, one engine each,
-#                                        within VC_BUDGET_S (540)
+#                                        within VC_BUDGET_S (540), each on its checkpoint under $S/models (written
+#                                        on the GPU first when missing; VC_MODELS sets the folder)
 # Results: /tmp/vc/prove/LABEL.json (kept while the machine is warm), copied to $OUT.
 # VC_SM80_PTX=90: every Triton compile (vLLM's and Inductor's) targets sm_80 and is assembled for the H200
 # (lab/device/sitecustomize); the compiles are recorded and summarized into $OUT/sm80_ptx.json.
@@ -15,17 +15,12 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$S/$TREE:$S/site:$REPO/lab/device/sitecust
 export VC_FAKE_CAPABILITY=${VC_FAKE_CAPABILITY-8.0}
 mkdir -p "$S/prove" "${OUT:-/tmp/vc/out}"
 if [ -n "${VC_SM80_PTX:-}" ]; then export VC_RECORD_DIR="$S/prove/rec"; fi
-M=${VC_RECALL_MODEL:-$S/recall}  # VC_RECALL_MODEL=$S/recall_w4 VC_MOE_QUANT=w4a16: the int4-expert variant
+M=${VC_MODELS:-$S/models}
 for s in "$@"; do
   left=$(( BUDGET - ($(date +%s) - START) ))
-  if [ "$s" = model ]; then
-    [ -f "$M/config.json" ] || python3 "$REPO/lab/device/prove.py" model --out "$M" --moe-quant "${VC_MOE_QUANT:-}" \
-      2>&1 | tail -3
-    continue
-  fi
   if [ "$left" -lt 90 ]; then echo "SKIP $s (time)"; continue; fi
   echo "== $s at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
-  timeout -s INT -k 15 $(( left - 15 )) python3 "$REPO/lab/device/prove.py" suite "$s" --model "$M" --out "$S/prove/$s.json" \
+  timeout -s INT -k 15 $(( left - 15 )) python3 "$REPO/lab/device/prove.py" suite "$s" --models "$M" --out "$S/prove/$s.json" \
     > "$S/prove/$s.log" 2>&1
   echo "rc=$? at $(( $(date +%s) - START ))s $(tail -1 "$S/prove/$s.log" | cut -c1-1500)"
 done

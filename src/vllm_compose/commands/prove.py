@@ -13,20 +13,32 @@ def add_parsers(sub) -> None:
     pr = sub.add_parser(
         "prove",
         help="prove on this GPU that the installed vLLM's sparse attention reads the right tokens (recall model)",
-        description="Write the GLM-5-shaped recall model into --model-dir (unless it is there), then run each suite "
-        "in a fresh interpreter: its tokens must be the predicted ones, and in eager suites every injected fault "
-        "(top-k shifted, another request's, the previous step's, an unfilled shared buffer, a zeroed output) must "
-        "change them. Run it in the environment vLLM is installed in.",
+        description="Write the checkpoints the suites run on into --model-dir (one folder each, unless there), then "
+        "run each suite in a fresh interpreter: a recall model's tokens must be the predicted ones, every DSA layer "
+        "must agree with the DSA oracle on its kernels' arguments and, in the layer-reference suites, with an fp32 "
+        "reference computed from the checkpoint and its config.json alone; every injected fault must be caught. "
+        "docs/user-guide.md says what each suite catches and what it cannot. Run it in the environment vLLM is "
+        "installed in.",
     )
-    pr.add_argument("--model-dir", type=Path, metavar="DIR", help="the recall checkpoint's folder (required to run)")
+    pr.add_argument(
+        "--model-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the checkpoints are written, one sub-folder per model (required to run)",
+    )
     pr.add_argument(
         "--suite",
         action="append",
         metavar="NAME",
-        help="a suite to run (repeatable; default: eager, mtp1, mtp2, graph, graph_mtp1, graph_mtp2); --list names them",
+        help="a suite to run (repeatable; default: every suite but native and graph_default); --list names them",
     )
     pr.add_argument("--list", action="store_true", help="list the suites and exit")
-    pr.add_argument("--shape", choices=("glm5", "tiny"), default="glm5", help="the model written (default glm5)")
+    pr.add_argument(
+        "--shape",
+        choices=("glm5", "tiny"),
+        default="glm5",
+        help="the recall model written for the glm5 suites (default glm5; tiny: a quick small one)",
+    )
     pr.add_argument(
         "--moe-quant",
         choices=("none", "w4a16"),
@@ -48,11 +60,13 @@ def prove(args) -> int:
     if args.model_dir is None:
         raise CommandLineError("--model-dir DIR is required to run suites", hint="e.g. --model-dir /data/recall-glm5")
     names = args.suite or list(proof.DEFAULT_SUITES)
-    for name in names:
-        proof.suite(name, args.model_dir)  # an unknown name stops before the model is written
+    dirs = proof.model_dirs(args.model_dir, names)  # an unknown name stops before any model is written
     quant = "" if args.moe_quant == "none" else args.moe_quant
-    if proof.ensure_model(args.model_dir, args.shape, quant):
-        print(f"wrote the {args.shape} recall model{f' ({quant} experts)' if quant else ''} to {args.model_dir}")
+    for model in sorted({proof.model_of(n) for n in names}):
+        shape = args.shape if model == "glm5" else model
+        if proof.ensure_model(args.model_dir / model, shape, quant if model == "glm5" else ""):
+            print(f"wrote the {shape} model{f' ({quant} experts)' if quant else ''} to {args.model_dir / model}")
+    del dirs
 
     def done(result: dict) -> None:
         label = result["suite"]["label"]

@@ -153,6 +153,107 @@ def install_probe(model: Any, layer: int, max_rows: int = 8, columns: tuple[int,
     return {"probe": name, "layer": layer, "buffer": {"shape": list(buf.shape), "dtype": str(buf.dtype)}}
 
 
+#: faults upstream of the DSA kernels' arguments, which the engine oracle cannot see (it checks each kernel on the
+#: arguments it was given) and the layer probe (`layer_probe`) must: name -> (what it does, whether the probe must
+#: flag it). The indexer's weights scale multiplies every logit of a row alike, so its top-k, and so the layer, is
+#: unchanged: the probe must pass it.
+MODEL_FAULTS = {
+    "softmax-x0.53": ("every layer's MLA softmax scale x0.53 (a dropped yarn mscale**2 at factor 40)", True),
+    "softmax-x1.25": ("every layer's MLA softmax scale x1.25", True),
+    "indexer-rope-half": ("every indexer's RoPE applied to the other lane pairing (interleaved vs halves)", True),
+    "kcache-x2": ("one layer's MLA cache written x2 (latent and rope key, as a cache scale x2 would)", True),
+    "indexer-weights-x0.5": ("every indexer's head weights x0.5", False),
+}
+
+_UNDO: list = []
+
+
+def _impls(model: Any) -> list:
+    out = []
+    for name, mod in model.named_modules():
+        impl = getattr(mod, "impl", None)
+        if "mtp" not in name and impl is not None and isinstance(getattr(impl, "softmax_scale", None), float):
+            out.append(impl)
+    return out
+
+
+def _indexer_attentions(model: Any) -> list:
+    """The main model's attention modules that compute a top-k (they hold an indexer)."""
+    return [
+        m
+        for n, m in model.named_modules()
+        if n.endswith("self_attn") and "mtp" not in n and getattr(m, "indexer", None) is not None
+    ]
+
+
+def _set(obj: Any, attr: str, value: Any) -> None:
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    _UNDO.append(lambda: setattr(obj, attr, old))
+
+
+def install_model_fault(model: Any, fault: str, layer: int) -> dict:
+    """Apply `fault` (a `MODEL_FAULTS` name; `layer` for the one-layer faults) to the running model; `clear` undoes
+    it. Raises `EngineFaultError` when the release holds what the fault changes elsewhere."""
+    import torch
+
+    if fault not in MODEL_FAULTS:
+        raise EngineFaultError(f"unknown model fault {fault!r}", hint=f"one of: {', '.join(MODEL_FAULTS)}")
+    info: dict[str, Any] = {"fault": fault, "what": MODEL_FAULTS[fault][0], "changed": []}
+    if fault.startswith("softmax-x"):
+        factor = float(fault.removeprefix("softmax-x"))
+        impls = _impls(model)
+        if not impls:
+            raise EngineFaultError("no attention impl with a float softmax_scale", hint="the release names it otherwise")
+        for impl in impls:
+            _set(impl, "softmax_scale", impl.softmax_scale * factor)
+            if isinstance(getattr(impl, "scale", None), float):
+                _set(impl, "scale", impl.scale * factor)
+            info["changed"].append(type(impl).__name__)
+    elif fault in ("indexer-rope-half", "indexer-weights-x0.5"):
+        attns = _indexer_attentions(model)
+        if not attns:
+            raise EngineFaultError("no attention module with an indexer", hint="not a DSA model?")
+        for attn in attns:
+            if fault == "indexer-weights-x0.5":
+                _set(attn.indexer, "softmax_scale", attn.indexer.softmax_scale * 0.5)
+                info["changed"].append("indexer.softmax_scale")
+                continue
+            flipped = False
+            if isinstance(getattr(attn, "_index_rope_interleave", None), bool):  # the fused path (v0.33.0 on)
+                _set(attn, "_index_rope_interleave", not attn._index_rope_interleave)
+                flipped = True
+            rope = getattr(attn, "indexer_rope_emb", None)
+            if rope is not None and isinstance(getattr(rope, "is_neox_style", None), bool):
+                _set(rope, "is_neox_style", not rope.is_neox_style)
+                flipped = True
+            if not flipped:
+                raise EngineFaultError(
+                    "the indexer's RoPE style was not found (_index_rope_interleave, indexer_rope_emb.is_neox_style)",
+                    hint="the release keeps it elsewhere",
+                )
+            info["changed"].append("indexer rope style")
+    else:  # kcache-x2: the latent's norm weight and the rope key's rows of the A projection, x2
+        _name, attn = _find(model, layer)
+        norm = getattr(attn, "kv_a_layernorm", None)
+        proj = getattr(attn, "fused_qkv_a_proj", None) or getattr(attn, "kv_a_proj_with_mqa", None)
+        if norm is None or proj is None:
+            raise EngineFaultError("the layer has no kv_a_layernorm / fused_qkv_a_proj", hint="not an MLA layer?")
+        rope_rows = attn.qk_rope_head_dim if hasattr(attn, "qk_rope_head_dim") else 64
+        with torch.no_grad():
+            norm.weight.mul_(2.0)
+            proj.weight[-rope_rows:].mul_(2.0)
+
+        def undo():
+            with torch.no_grad():
+                norm.weight.div_(2.0)
+                proj.weight[-rope_rows:].div_(2.0)
+
+        _UNDO.append(undo)
+        info["changed"].append(f"layer {layer}: kv_a_layernorm.weight and the last {rope_rows} rows of {type(proj).__name__}")
+    return info
+
+
 def clear(_model: Any = None) -> dict:
     """Remove every hook `install` / `install_probe` added in this process; returns the top-k hooks' counters
     (calls, faulted) and, for a probe, the rows it recorded (per forward, per token)."""
@@ -165,6 +266,9 @@ def clear(_model: Any = None) -> dict:
         out.append(entry)
     for handle in _HANDLES:
         handle.remove()
+    for undo in reversed(_UNDO):
+        undo()
+    _UNDO.clear()
     _HANDLES.clear()
     _STATES.clear()
     return {"hooks": out}

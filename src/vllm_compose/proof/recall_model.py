@@ -145,6 +145,9 @@ class RecallSpec:
     #: "" (bf16 experts) or "w4a16": the routed experts as compressed-tensors pack-quantized int4, group 128,
     #: symmetric (the form GLM-5.x int4 checkpoints take; vLLM runs it through Marlin on sm_80)
     moe_quant: str = ""
+    #: no design at all: every weight random (embeddings N(0, 1), the LM heads N(0, 1/hidden)), so the logits are not
+    #: peaked and the tokens are not predicted; the proof judges such a model against the checkpoint reference
+    random_weights: bool = False
     #: chain indices whose MTP draft is wrong by design: when the successor is a_j with j here, the MTP layer drafts
     #: a_(j+1) instead, so over a cycle the first draft is accepted at 1 - len(mtp_wrong) / chain
     mtp_wrong: tuple[int, ...] = ()
@@ -206,10 +209,10 @@ class RecallSpec:
             problems.append(f"w4a16 experts need hidden and moe_intermediate sizes divisible by {QUANT_GROUP}")
         if not 0 <= self.index_layer < s.num_hidden_layers - 1:
             problems.append(f"index_layer {self.index_layer} must leave a recall layer after it")
-        elif not is_shared_layer(s, self.recall_layer) or is_shared_layer(s, self.index_layer):
+        elif is_shared_layer(s, self.index_layer):
             problems.append(
-                f"layer {self.index_layer} must compute its own top-k and layer {self.recall_layer} share it "
-                "(the IndexCache settings in shape.extra decide)"
+                f"layer {self.index_layer} must compute its own top-k (the IndexCache settings in shape.extra "
+                "decide); the recall layer after it shares it or, computing its own, gets the same indexer design"
             )
         if problems:
             raise RecallModelError(
@@ -272,6 +275,74 @@ def tiny_spec(seed: int = 0) -> RecallSpec:
         extra=dict(GLM5_INDEXCACHE),
     )
     return RecallSpec(shape=shape, chain=12, fillers=16)
+
+
+#: DeepSeek-V3.2's per-layer sizes (its config.json): 128 heads, 64 indexer heads, no IndexCache
+DSV32_LAYER = {
+    "hidden_size": 7168,
+    "num_attention_heads": 128,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "index_n_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+    "moe_intermediate_size": 2048,
+    "intermediate_size": 18432,
+}
+
+#: DeepSeek-V3.2's RoPE: yarn, factor 40 over 4,096 positions (so the MLA softmax scale carries mscale**2 = 1.874)
+DSV32_ROPE = {"factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+              "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+def dsv32_spec(num_hidden_layers: int = 4, seed: int = 0) -> RecallSpec:
+    """The recall model at DeepSeek-V3.2's per-layer shape and config form: `deepseek_v32` model type, every layer
+    computing its own top-k (no IndexCache fields), yarn RoPE, the indexer's RoPE on the two halves."""
+    rope = {"rope_type": "yarn", "rope_theta": 10000.0, **DSV32_ROPE}
+    shape = TinyGlmSpec(
+        seed=seed,
+        vocab_size=1024,
+        num_hidden_layers=num_hidden_layers,
+        n_routed_experts=8,
+        num_experts_per_tok=4,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        num_nextn_predict_layers=1,
+        max_position_embeddings=163840,
+        extra={
+            "architectures": ["DeepseekV32ForCausalLM"],
+            "model_type": "deepseek_v32",
+            "rope_parameters": rope,
+            "rope_scaling": {"type": "yarn", **DSV32_ROPE},
+            "rope_theta": 10000.0,
+            "indexer_rope_interleave": False,
+        },
+        **DSV32_LAYER,
+    )
+    return RecallSpec(shape=shape)
+
+
+#: an `index_topk_pattern` whose layer 4 computes its own top-k where GLM-5's freq/offset rule would share it
+GLM5_PATTERN = "FFFSFSSS"
+
+
+def glm5_pattern_spec(seed: int = 0) -> RecallSpec:
+    """The GLM-5-shaped recall model with its IndexCache given as an `index_topk_pattern` string."""
+    spec = glm5_spec(seed=seed)
+    return with_shape(spec, extra={**spec.shape.extra, "index_topk_pattern": GLM5_PATTERN})
+
+
+def random_spec(seed: int = 1) -> RecallSpec:
+    """A GLM-5-shaped checkpoint with random weights (`random_weights`): not peaked, judged by the reference."""
+    return replace(glm5_spec(seed=seed), random_weights=True)
+
+
+#: the checkpoints the proof writes, by name
+SHAPES = {"glm5": glm5_spec, "tiny": tiny_spec, "dsv32": dsv32_spec, "glm5-pattern": glm5_pattern_spec,
+          "random": random_spec}
 
 
 # --- prompts and predictions ---------------------------------------------------------------------------------------
@@ -368,6 +439,9 @@ def _background(torch, gen, name: str, shape: tuple[int, ...], spec: RecallSpec,
     if name.endswith(".bias") or name.endswith("e_score_correction_bias"):
         return torch.zeros(shape, device=device)
     std = shape[-1] ** -0.5
+    if spec.random_weights:
+        t = torch.empty(shape, device=device)
+        return t.normal_(0.0, 1.0 if name.endswith("embed_tokens.weight") else std, generator=gen)
     if name.endswith(("o_proj.weight", "down_proj.weight")):
         std *= spec.background_gain
     if name.endswith("embed_tokens.weight"):
@@ -473,6 +547,9 @@ def make_tensors(spec: RecallSpec, device: str = "cpu", checkpoint_dtypes: bool 
         if checkpoint_dtypes:
             x = x.to(torch.bfloat16 if dtype == "BF16" else torch.float32).cpu()
         t[name] = x
+    if spec.random_weights:
+        _drop_shared_indexers(t, s)
+        return t
     # embeddings: one designed pattern per token role, entries of size embed_scale
     e = t["model.embed_tokens.weight"]
     for i in range(spec.chain):
@@ -491,6 +568,8 @@ def make_tensors(spec: RecallSpec, device: str = "cpu", checkpoint_dtypes: bool 
     # the main model: its residual starts at the embedding (BIAS entry embed_scale)
     _design_index(torch, t, f"model.layers.{spec.index_layer}", spec, spec.embed_scale)
     _design_recall(torch, t, f"model.layers.{spec.recall_layer}", spec, spec.embed_scale)
+    if not is_shared_layer(s, spec.recall_layer):  # no IndexCache here (DeepSeek-V3.2): its own indexer finds it
+        _design_index(torch, t, f"model.layers.{spec.recall_layer}", spec, spec.embed_scale)
     # LM head: a_j reads OUT_j, the fallback reads BIAS; both see the final norm's output, where a chain token's
     # BIAS entry is sqrt(h / 6) after a recall (entries KQ, BIAS and OUT = 2 * BIAS)
     head = t["lm_head.weight"]
@@ -509,12 +588,16 @@ def make_tensors(spec: RecallSpec, device: str = "cpu", checkpoint_dtypes: bool 
         _design_recall(torch, t, p, spec, mtp_bias, wrong=spec.mtp_wrong)
         t[f"{p}.embed_tokens.weight"] = e.clone()  # copies, as in the real checkpoints
         t[f"{p}.shared_head.head.weight"] = head.clone()
-    # a layer that shares the top-k has no indexer (v0.30+ loaders refuse its weights, earlier ones skip them)
+    _drop_shared_indexers(t, s)
+    return t
+
+
+def _drop_shared_indexers(t: dict, s: TinyGlmSpec) -> None:
+    """A layer that shares the top-k has no indexer (v0.30+ loaders refuse its weights, earlier ones skip them)."""
     for layer in range(s.num_hidden_layers):
         if is_shared_layer(s, layer):
             for name in [n for n in t if n.startswith(f"model.layers.{layer}.self_attn.indexer.")]:
                 del t[name]
-    return t
 
 
 #: the quantization group of the w4a16 experts (along each matrix's input dimension)
@@ -661,7 +744,11 @@ __all__ = [
     "RecallModelError",
     "RecallPrompt",
     "RecallSpec",
+    "SHAPES",
+    "dsv32_spec",
+    "glm5_pattern_spec",
     "glm5_spec",
+    "random_spec",
     "is_shared_layer",
     "make_prompts",
     "make_tensors",

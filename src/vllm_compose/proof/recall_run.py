@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComposeError
-from . import engine_faults, engine_oracle
+from . import engine_faults, engine_oracle, layer_probe
 from .fingerprint import dsa_sources
 from .recall_model import Fault, RecallSpec, make_prompts, predict, spec_from_json
 
@@ -63,13 +63,20 @@ class Suite:
     oracle: bool = False
     #: eager only: one short generation per `engine_oracle.CORRUPTIONS` kind, each of which must fail its check
     oracle_corruptions: list[str] = field(default_factory=list)
+    #: eager only: judge every layer and the final logits of one request against the checkpoint reference
+    #: (`layer_probe`), clean and under each of `model_faults` (`engine_faults.MODEL_FAULTS`)
+    layer_reference: bool = False
+    model_faults: list[str] = field(default_factory=list)
+    probe_length: int = 8192
+    probe_tokens: int = 8
 
 
 def engine(suite: Suite, spec: RecallSpec):
     """The vLLM engine a suite runs on (`vllm.LLM`: in-process, prefix caching off, the suite's MTP and graphs)."""
     from vllm import LLM
 
-    longest = max(suite.lengths + suite.fault_lengths) + max(suite.max_tokens, suite.fault_max_tokens) + 8
+    probe = [suite.probe_length] if suite.layer_reference else []
+    longest = max(suite.lengths + suite.fault_lengths + probe) + max(suite.max_tokens, suite.fault_max_tokens) + 8
     kwargs: dict[str, Any] = dict(
         model=suite.model_dir,
         skip_tokenizer_init=True,
@@ -309,6 +316,69 @@ def _failed_checks(summary: dict) -> list[str]:
     return [c for c, e in summary["checks"].items() if e["failed"]]
 
 
+def _probe(llm, reference, prompt, tokens: int) -> dict:
+    layer_probe.forget()
+    layer_probe.arm(True)
+    try:
+        got = generate(llm, [prompt], tokens)[0]
+    finally:
+        layer_probe.arm(False)
+    judged = layer_probe.judge(reference, list(prompt.tokens), got)
+    judged["tokens"] = got
+    return judged
+
+
+def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
+    """The layer probe's clean run and one run per model fault, each with its checks (see `layer_probe`)."""
+    from .checkpoint_reference import CheckpointReference
+
+    t0 = time.perf_counter()
+    reference = CheckpointReference(suite.model_dir, device="cuda", cache=True)
+    prompt = make_prompts(spec, [suite.probe_length], seed=suite.seed + 3)[0]
+    out: dict[str, Any] = {"install": llm.apply_model(layer_probe.install)}
+    try:
+        clean = out["clean"] = _probe(llm, reference, prompt, suite.probe_tokens)
+        worst, tol = clean["worst_layer_error"], clean["layer_tolerance"]
+        result["checks"].append(
+            (f"every layer agrees with the checkpoint reference (worst relative error {worst:.4f} <= {tol})",
+             clean["layers_passed"])
+        )
+        lg = clean["logits"]
+        result["checks"].append(
+            (f"the final logits agree with the checkpoint reference's forward (relative error "
+             f"{lg['max_relative_error']:.4f} <= {lg['tolerance']}, argmax {lg['argmax_agree']}/{lg['rows']})",
+             lg["passed"])
+        )
+        out["faults"] = {}
+        for name in suite.model_faults:
+            hooked = llm.apply_model(
+                functools.partial(engine_faults.install_model_fault, fault=name, layer=spec.recall_layer)
+            )
+            try:
+                judged = _probe(llm, reference, prompt, suite.probe_tokens)
+            finally:
+                llm.apply_model(engine_faults.clear)
+            judged["hooked"] = hooked
+            out["faults"][name] = judged
+            bad_layers = [k for k, v in judged["layers"].items() if not v["passed"]]
+            logits_off = not judged["logits"]["passed"]
+            if engine_faults.MODEL_FAULTS[name][1]:
+                result["checks"].append(
+                    (f"model fault {name}: the layer reference flags layers {bad_layers or 'none'}", bool(bad_layers))
+                )
+                if spec.random_weights:
+                    result["checks"].append((f"model fault {name}: the final logits move off the reference", logits_off))
+            else:
+                result["checks"].append(
+                    (f"model fault {name}: the layer reference passes it (a uniform logit scale keeps the top-k)",
+                     not bad_layers and not logits_off)
+                )
+        out["check_s"] = round(time.perf_counter() - t0, 1)
+    finally:
+        llm.apply_model(layer_probe.clear)
+        result["layer_reference"] = out
+
+
 def run_suite(suite: Suite) -> dict:
     """Run `suite`; the result dict says what ran, the tokens, and `passed`."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -339,9 +409,12 @@ def run_suite(suite: Suite) -> dict:
             "generate_s": round(time.perf_counter() - t0, 2),
             "prompts": _judge(spec, prompts, got, suite.max_tokens),
         }
-        result["checks"].append(
-            ("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"]))
-        )
+        if spec.random_weights:  # nothing predicts a random model's tokens: the layer reference judges it
+            result["clean"]["prompts"] = [{"prompt_len": len(p.tokens), "tokens": t} for p, t in zip(prompts, got)]
+        else:
+            result["checks"].append(
+                ("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"]))
+            )
         if suite.oracle:
             ok, label = oracle_verdict(result["oracle"])
             result["checks"].append((label, ok))
@@ -352,6 +425,8 @@ def run_suite(suite: Suite) -> dict:
             result["checks"].append(
                 ("every first draft accepted (the MTP layer's recall)", drafts["first_all_accepted"])
             )
+        if suite.layer_reference and suite.eager:
+            _layer_reference(llm, suite, spec, result)
         if suite.fault_lengths and suite.eager:
             fprompts = make_prompts(spec, suite.fault_lengths, seed=suite.seed + 1)
             result["faults"] = {}

@@ -34,6 +34,10 @@ GRAPHS = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
 
 _MIXED = [8192, 32768, 131072, 20000]
 _ORACLE = {"oracle": True}
+#: the layer reference (`layer_probe`) with every model fault; the reference's fp32 weights need GPU memory beside
+#: the engine, so these suites give the engine 60% of it
+_MODEL_FAULTS = ["softmax-x0.53", "softmax-x1.25", "indexer-rope-half", "kcache-x2", "indexer-weights-x0.5"]
+_LAYERS = {"layer_reference": True, "gpu_memory_utilization": 0.6}
 
 #: name -> Suite fields (besides label and model_dir). Every suite moves the requests' KV blocks to the back of the
 #: pool (`rotate_blocks` -1), so their offsets pass 2**31 when the pool is large enough (the result says), and checks
@@ -43,8 +47,17 @@ SUITES: dict[str, dict[str, Any]] = {
         "lengths": [8192, 32768, 131072, 16384],
         "fault_lengths": [8192, 12288, 16384],
         "oracle_corruptions": ["logits", "slots", "attention", "topk"],
+        "model_faults": _MODEL_FAULTS,
+        **_LAYERS,
         **_ORACLE,
     },
+    # a GLM-5-shaped checkpoint with random weights: its logits are not peaked, so a wrong scale or RoPE shows in
+    # them; nothing predicts its tokens, the reference judges every layer and the logits
+    "random": {"model": "random", "lengths": [8192, 32768], "model_faults": _MODEL_FAULTS, **_LAYERS, **_ORACLE},
+    # DeepSeek-V3.2's shape and config form: 128 heads, every layer its own top-k, yarn RoPE
+    "dsv32": {"model": "dsv32", "lengths": [8192, 32768, 16384], **_LAYERS, **_ORACLE},
+    # GLM-5's shape with the IndexCache given as an index_topk_pattern string
+    "glm5-pattern": {"model": "glm5-pattern", "lengths": [8192, 32768, 16384], **_LAYERS, **_ORACLE},
     "mtp1": {"lengths": _MIXED, "mtp": 1, **_ORACLE},
     "mtp2": {"lengths": _MIXED, "mtp": 2, **_ORACLE},
     "graph": {"lengths": _MIXED, "eager": False, "compilation": GRAPHS, **_ORACLE},
@@ -61,7 +74,14 @@ SUITES: dict[str, dict[str, Any]] = {
         **_ORACLE,
     },
 }
-DEFAULT_SUITES = ("eager", "mtp1", "mtp2", "graph", "graph_mtp1", "graph_mtp2")
+DEFAULT_SUITES = ("eager", "random", "dsv32", "glm5-pattern", "mtp1", "mtp2", "graph", "graph_mtp1", "graph_mtp2")
+
+
+def model_of(name: str) -> str:
+    """The checkpoint (a `recall_model.SHAPES` name) suite `name` runs on."""
+    if name not in SUITES:
+        raise ProofError(f"unknown suite {name!r}", hint=f"one of: {', '.join(SUITES)}")
+    return SUITES[name].get("model", "glm5")
 
 
 class ProofError(ComposeError):
@@ -72,7 +92,7 @@ def suite(name: str, model_dir: Path, **changes: Any) -> Suite:
     """The named suite for the checkpoint in `model_dir`."""
     if name not in SUITES:
         raise ProofError(f"unknown suite {name!r}", hint=f"one of: {', '.join(SUITES)}")
-    fields = {"rotate_blocks": -1, **SUITES[name], **changes}
+    fields = {"rotate_blocks": -1, **{k: v for k, v in SUITES[name].items() if k != "model"}, **changes}
     return Suite(label=name, model_dir=str(model_dir), **fields)
 
 
@@ -80,7 +100,7 @@ def ensure_model(model_dir: Path, shape: str = "glm5", moe_quant: str = "") -> b
     """Write the recall checkpoint into `model_dir` unless one is there; True if it was written.
 
     Needs torch and safetensors (the serving environment has both); uses the GPU when there is one."""
-    from .recall_model import glm5_spec, spec_from_json, tiny_spec, write_checkpoint
+    from .recall_model import SHAPES, spec_from_json, write_checkpoint
 
     spec_file = model_dir / "recall_spec.json"
     if spec_file.is_file():
@@ -104,14 +124,21 @@ def ensure_model(model_dir: Path, shape: str = "glm5", moe_quant: str = "") -> b
         )
     import torch
 
-    spec = dataclasses.replace({"glm5": glm5_spec, "tiny": tiny_spec}[shape](), moe_quant=moe_quant)
+    if shape not in SHAPES:
+        raise ProofError(f"unknown model shape {shape!r}", hint=f"one of: {', '.join(SHAPES)}")
+    spec = dataclasses.replace(SHAPES[shape](), moe_quant=moe_quant)
     spec.validate()
     write_checkpoint(spec, model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
     return True
 
 
+def model_dirs(models: Path, names: list[str]) -> dict[str, Path]:
+    """Each named suite's checkpoint folder: `models/<model_of(name)>`."""
+    return {n: models / model_of(n) for n in names}
+
+
 def run(
-    model_dir: Path,
+    models: Path,
     names: list[str],
     out_dir: Path,
     on_done: Callable[[dict], None] | None = None,
@@ -119,8 +146,10 @@ def run(
     env: dict[str, str] | None = None,
     timeout_s: float | None = None,
 ) -> list[dict]:
-    """Run each named suite in its own interpreter; each result is also written to `out_dir/NAME.json`."""
-    suites = [suite(n, model_dir) for n in names]  # unknown names fail before any engine starts
+    """Run each named suite in its own interpreter, on its checkpoint under `models` (`model_dirs`); each result is
+    also written to `out_dir/NAME.json`."""
+    dirs = model_dirs(models, names)  # unknown names fail before any engine starts
+    suites = [suite(n, dirs[n]) for n in names]
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for s in suites:

@@ -1,0 +1,213 @@
+"""Each DSA layer of a running engine, and its final logits, against the checkpoint reference.
+
+The engine oracle (`engine_oracle`) holds each kernel to an fp32 reference *on the kernel's own arguments*, so a
+wrong softmax scale, a wrong RoPE, a wrongly scaled cache insert or a wrong projection upstream of those arguments
+passes it. This probe judges the layer instead: `install` (run in the engine's worker through `LLM.apply_model`)
+records, for one request's generation in eager mode, every main-model decoder layer's attention input (the
+`input_layernorm` output the attention module is called with) and output (after `o_proj`), and the logits the
+model computes each step. `judge` then recomputes, from the checkpoint's files and config.json alone
+(`checkpoint_reference`), each layer's attention output at chosen prefill rows and at every decode step, on the
+engine's own layer input, and the whole model's final logits from the token ids, and compares them.
+
+Thresholds (`LAYER_TOLERANCE`, `LOGITS_TOLERANCE`) are relative L2 errors per row; the module doc of
+`checkpoint_reference` says what the reference computes. A CUDA graph replays kernels without Python, so the probe
+runs in eager mode only; with MTP the forward holds draft tokens, so it runs without MTP.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import ComposeError
+
+
+class LayerProbeError(ComposeError):
+    """The probe could not be installed or judged."""
+
+
+#: a layer's attention output at a row: relative L2 error against the reference at most this (bf16 weights and
+#: activations, the fp8 indexer's ties at the top-k boundary; measured on an H200, docs/user-guide.md)
+LAYER_TOLERANCE = 0.05
+#: the final logits at a row: relative L2 error at most this (every layer's bf16 rounding compounds)
+LOGITS_TOLERANCE = 0.05
+
+_NAME = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn$")
+
+_S: dict[str, Any] = {"armed": False, "layers": {}, "logits": [], "handles": [], "last_positions": None}
+
+
+def _layers(model: Any) -> dict[int, Any]:
+    found: dict[int, Any] = {}
+    for name, mod in model.named_modules():
+        m = _NAME.search(name)
+        if m and "mtp" not in name:
+            found.setdefault(int(m.group(1)), mod)
+    return found
+
+
+def _find_logits_processor(model: Any):
+    for name, mod in model.named_modules():
+        if name.split(".")[-1] == "logits_processor" and "mtp" not in name:
+            return mod
+    return None
+
+
+def install(model: Any) -> dict:
+    """Hook every main-model layer's attention and the logits processor; records only while `arm(True)`."""
+    import torch
+
+    layers = _layers(model)
+    if not layers:
+        raise LayerProbeError(
+            "no module named '*layers.N.self_attn' in the model", hint="the release names its layers otherwise"
+        )
+    lp = _find_logits_processor(model)
+    if lp is None:
+        raise LayerProbeError("no 'logits_processor' module in the model", hint="the release computes logits otherwise")
+    clear()
+
+    def pre(index: int):
+        def hook(_mod, args, kwargs):
+            if not _S["armed"]:
+                return None
+            pos = kwargs.get("positions", args[0] if args else None)
+            x = kwargs.get("hidden_states", args[1] if len(args) > 1 else None)
+            if not (isinstance(pos, torch.Tensor) and isinstance(x, torch.Tensor)):
+                raise LayerProbeError("the attention was called without positions and hidden_states tensors")
+            _S["layers"].setdefault(index, []).append({"positions": pos.clone(), "x": x.clone()})
+            if index == min(layers):
+                _S["last_positions"] = pos.clone()
+            return None
+
+        return hook
+
+    def post(index: int):
+        def hook(_mod, _args, output):
+            if not _S["armed"]:
+                return None
+            out = output if isinstance(output, torch.Tensor) else output[0]
+            _S["layers"][index][-1]["out"] = out.clone()
+            return None
+
+        return hook
+
+    def logits_hook(_mod, _args, output):
+        if _S["armed"] and isinstance(output, torch.Tensor) and _S["last_positions"] is not None:
+            _S["logits"].append({"position": int(_S["last_positions"].max()), "logits": output[-1:].float().clone()})
+        return None
+
+    for index, mod in layers.items():
+        _S["handles"].append(mod.register_forward_pre_hook(pre(index), with_kwargs=True))
+        _S["handles"].append(mod.register_forward_hook(post(index)))
+    _S["handles"].append(lp.register_forward_hook(logits_hook))
+    return {"layers": sorted(layers), "logits_processor": type(lp).__name__}
+
+
+def arm(on: bool = True) -> None:
+    _S["armed"] = on
+
+
+def clear(_model: Any = None) -> dict:
+    """Remove the hooks and forget the records."""
+    for h in _S["handles"]:
+        h.remove()
+    n = sum(len(v) for v in _S["layers"].values())
+    _S.update(armed=False, layers={}, logits=[], handles=[], last_positions=None)
+    return {"forwards_recorded": n}
+
+
+def forget() -> None:
+    """Forget the records (the hooks stay)."""
+    _S.update(layers={}, logits=[], last_positions=None)
+
+
+def records() -> dict:
+    """The records so far: per layer (positions, x, out) per forward, and the logits per forward."""
+    return {"layers": _S["layers"], "logits": _S["logits"]}
+
+
+def _assemble(entries: list[dict], torch) -> tuple[Any, Any, Any]:
+    """One request's positions, inputs and outputs over its forwards, ordered by position (each position once)."""
+    pos = torch.cat([e["positions"].long() for e in entries])
+    x = torch.cat([e["x"] for e in entries]).float()
+    out = torch.cat([e["out"] for e in entries]).float()
+    order = torch.argsort(pos)
+    pos, x, out = pos[order], x[order], out[order]
+    if pos.numel() and not torch.equal(pos, torch.arange(pos.numel(), device=pos.device)):
+        raise LayerProbeError(
+            f"the recorded positions are not 0..{pos.numel() - 1} once each (one request, no MTP, no prefix cache)",
+            hint="run the probe on one request without MTP",
+        )
+    return pos, x, out
+
+
+def check_rows(prompt_len: int, total: int, prefill_rows: int = 4, decode_rows: int = 8) -> list[int]:
+    """The rows judged: `prefill_rows` spread over the prompt (its last included) and up to `decode_rows` decode
+    steps."""
+    step = max(1, prompt_len // prefill_rows)
+    pre = sorted({min(prompt_len - 1, k * step + step - 1) for k in range(prefill_rows)})
+    return pre + list(range(prompt_len, min(total, prompt_len + decode_rows)))
+
+
+def judge(reference: Any, prompt_tokens: list[int], generated: list[int], logits: bool = True) -> dict:
+    """Each recorded layer against `reference` (a `CheckpointReference`) on the engine's own layer inputs, and the
+    final logits against the reference's forward of the token ids; returns per-layer metrics and the verdicts."""
+    import torch
+
+    layers = _S["layers"]
+    if not layers:
+        raise LayerProbeError("nothing was recorded", hint="install, arm(True), generate one request, then judge")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        rows: list[int] = []
+        per_layer: dict[int, dict] = {}
+        topk = None
+        for index in sorted(layers):
+            pos, x, out = _assemble(layers[index], torch)
+            if not rows:
+                rows = check_rows(len(prompt_tokens), int(pos.numel()))
+            w = reference.attention_weights(index)
+            if not reference.shares(index) or topk is None:
+                topk = reference.indexer_topk(w, x, pos, rows)
+            ref = reference.attention(w, x, pos, rows, topk)
+            from .checkpoint_reference import compare_rows
+
+            m = compare_rows(out[rows], ref)
+            m["shared_topk"] = reference.shares(index)
+            m["passed"] = m["max_relative_error"] <= LAYER_TOLERANCE
+            per_layer[index] = m
+            del w
+        result: dict[str, Any] = {
+            "rows": rows,
+            "layers": {str(k): v for k, v in per_layer.items()},
+            "layer_tolerance": LAYER_TOLERANCE,
+            "layers_passed": all(v["passed"] for v in per_layer.values()),
+            "worst_layer_error": max(v["max_relative_error"] for v in per_layer.values()),
+        }
+        if logits:
+            result["logits"] = _judge_logits(reference, prompt_tokens, generated, torch)
+        return result
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _judge_logits(reference: Any, prompt_tokens: list[int], generated: list[int], torch) -> dict:
+    from .checkpoint_reference import compare_rows
+
+    seq = list(prompt_tokens) + list(generated)
+    recs = [r for r in _S["logits"] if len(prompt_tokens) - 1 <= r["position"] < len(seq) - 1]
+    if not recs:
+        raise LayerProbeError("no logits were recorded at the prompt's end or a decode step")
+    rows = [r["position"] for r in recs]
+    want = reference.forward(seq[: max(rows) + 1], rows)["logits"]
+    got = torch.cat([r["logits"] for r in recs])[:, : want.shape[1]].to(want.device)
+    m = compare_rows(got, want)
+    m["argmax_agree"] = int((got.argmax(-1) == want.argmax(-1)).sum())
+    m["tolerance"] = LOGITS_TOLERANCE
+    m["passed"] = m["max_relative_error"] <= LOGITS_TOLERANCE
+    return m
+
+
+__all__ = ["LAYER_TOLERANCE", "LOGITS_TOLERANCE", "LayerProbeError", "arm", "check_rows", "clear", "forget", "install", "judge"]
