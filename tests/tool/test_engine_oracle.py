@@ -95,8 +95,8 @@ def run(q, kv, glob):
 """
 
 
-# the native path's backend module: FlashMLA's kernel returns (out, max_logits, lse) and runs on q padded to 8
-# heads, the padding left as NaN here (FlashMLA leaves it unwritten) so that a check reading it would fail
+# the native path's backend module: FlashMLA's kernel returns [out, max_logits, lse] (a list: the torch op's
+# `Tensor[]` return, as `torch.ops._flashmla_C.sparse_prefill_fwd` gives it) and runs on q padded to 8 heads, the padding left as NaN here (FlashMLA leaves it unwritten) so that a check reading it would fail
 FLASHMLA_SRC = """
 import torch
 from vllm_compose.proof import dsa_oracle as o
@@ -110,7 +110,7 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
     real = ~torch.isnan(q.float()).any(dim=2).any(dim=0)
     got, lse = o.sparse_mla_attention(q[:, real], kv, indices, sm_scale)
     res[:, real] = got
-    return res.to(torch.bfloat16), None, lse
+    return [res.to(torch.bfloat16), None, lse]
 
 class FlashMLASparseImpl:
     num_heads = 3

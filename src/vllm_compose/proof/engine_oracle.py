@@ -70,7 +70,7 @@ class Profile:
 #: Hopper path (DeepGEMM's indexer logits, FlashMLA's sparse kernel on a bf16 cache), run at the GPU's own capability
 #: as the oracle's second opinion: its functions take the same inputs under the same parameter names, except that
 #: DeepGEMM takes q as (values, scales) (fp8: scales None) and the decode context lengths as (batch, next_n) bounds,
-#: and FlashMLA returns (out, max_logits, lse) and may pad the heads of q.
+#: and FlashMLA returns [out, max_logits, lse] (a list, from its torch op) and may pad the heads of q.
 PROFILES = {
     "TRITON_MLA_SPARSE": Profile(
         targets={
@@ -176,6 +176,12 @@ def _fp8_q(q):
             return None
         return values
     return q
+
+
+def _first_output(result):
+    """A kernel's output tensor: the result itself, or the first of the several it returns, as a tuple (a Python
+    wrapper) or as a list (a torch op declared `-> Tensor[]`, e.g. FlashMLA's `sparse_prefill_fwd`)."""
+    return result[0] if isinstance(result, (tuple, list)) else result
 
 
 def _capturing() -> bool:
@@ -297,7 +303,7 @@ def _slots(orig):
         result = orig(*args, **kwargs)
         if not (_S.armed or _capturing()):
             return result
-        out = result[0] if isinstance(result, tuple) else result
+        out = _first_output(result)
         if _S.corruption == "slots" and not _capturing():
             out.copy_(torch.where(out >= 0, out + 1, out))
         n = min(ti.shape[0], MAX_DECODE_ROWS)
@@ -334,8 +340,8 @@ def _attention(orig):
             return result
         import torch
 
-        # FlashMLA returns (out, max_logits, lse); the Triton kernel the output alone
-        out = result[0] if isinstance(result, tuple) else result
+        # FlashMLA returns [out, max_logits, lse]; the Triton kernel the output alone
+        out = _first_output(result)
         a = bind(args, kwargs)
         q, indices = a["q"], a["indices"]
         # heads past the layer's own are padding (FlashMLA's bf16 kernel takes a multiple of 64), left unwritten
