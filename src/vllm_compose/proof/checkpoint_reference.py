@@ -230,6 +230,16 @@ class CheckpointReference:
     def indexer_topk(self, w: dict, x, pos, rows) -> Any:
         """The top-k positions (-1 padded) each of `rows` selects, from the layer's inputs x [T, hidden] (every
         position of the sequence so far, in order) at positions pos [T]."""
+        return self.topk_of(self.indexer_logits(w, x, pos, rows))
+
+    def topk_of(self, logits) -> Any:
+        """The top-k columns of indexer `logits` [rows, T] (-inf: not selectable), -1 padded."""
+        vals, idx = logits.topk(min(self.index_topk, logits.shape[1]), dim=-1)
+        return idx.masked_fill(vals == float("-inf"), -1)
+
+    def indexer_logits(self, w: dict, x, pos, rows) -> Any:
+        """The indexer's logits [len(rows), T] of `rows` over every position of x [T, hidden] (future positions
+        -inf), as the model defines them: its own RoPE, the fp8 cast when `fp8_indexer`, the weights' scale."""
         torch = self.torch
         r = self.rdim
         qr = self._rms(x[rows] @ w["q_a_proj.weight"].T, w["q_a_layernorm.weight"])
@@ -244,9 +254,7 @@ class CheckpointReference:
         weights = (x[rows] @ w["indexer.weights_proj.weight"].T) * self.index_heads**-0.5 * self.index_dim**-0.5
         logits = (torch.einsum("rhd,nd->rhn", q, k).clamp_min(0) * weights[:, :, None]).sum(1)
         future = pos[None, :] > pos[rows][:, None]
-        logits = logits.masked_fill(future, float("-inf"))
-        vals, idx = logits.topk(min(self.index_topk, x.shape[0]), dim=-1)
-        return idx.masked_fill(vals == float("-inf"), -1)
+        return logits.masked_fill(future, float("-inf"))
 
     def keys_values(self, w: dict, x, pos) -> tuple[Any, Any]:
         """Every position's per-head key [T, heads, nope + rope] and value [T, heads, v_head_dim]."""
@@ -316,9 +324,13 @@ class CheckpointReference:
                 out[rows] += ffn(f"experts.{e}.", x[rows]) * weights[rows, slot, None]
         return out
 
-    def forward(self, tokens: list[int], rows: list[int], chunk: int | None = None) -> dict[str, Any]:
+    def forward(
+        self, tokens: list[int], rows: list[int], chunk: int | None = None, selections: dict[int, Any] | None = None
+    ) -> dict[str, Any]:
         """The next-token logits at `rows` of the sequence `tokens` (fp32 [len(rows), vocab]), and each layer's
-        attention input (normed) at `rows` ("inputs", by layer)."""
+        attention input (normed) at `rows` ("inputs", by layer). `selections`: per layer, the selection
+        [T >= len(tokens), k] to attend over instead of the indexer's (an engine's own, judged apart), the rest as
+        the model defines."""
         torch = self.torch
         ids = torch.tensor(tokens, device=self.device)
         pos = torch.arange(len(tokens), device=self.device)
@@ -336,10 +348,13 @@ class CheckpointReference:
             out = torch.empty_like(h)
             kv = self.keys_values(w, x, pos)
             step = chunk or self.chunk_rows(len(tokens))
-            new_topk = [] if not self.shares(layer) or topk is None else None
+            given = (selections or {}).get(layer)
+            new_topk = [] if given is None and (not self.shares(layer) or topk is None) else None
             for start in range(0, len(tokens), step):
                 part = every[start : start + step]
-                if self.shares(layer) and topk is not None:
+                if given is not None:
+                    sel = given[start : start + len(part)].to(self.device)
+                elif self.shares(layer) and topk is not None:
                     sel = topk[start : start + step]
                 else:
                     sel = self.indexer_topk(w, x, pos, part)

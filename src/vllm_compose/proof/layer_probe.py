@@ -9,6 +9,14 @@ model computes each step. `judge` then recomputes, from the checkpoint's files a
 (`checkpoint_reference`), each layer's attention output at chosen prefill rows and at every decode step, on the
 engine's own layer input, and the whole model's final logits from the token ids, and compares them.
 
+The top-k is judged apart from the attention. Where the attention module holds the top-k buffer its layer reads
+(`topk_indices_buffer`, vLLM's DeepseekV32Attention), the probe records the rows the layer used: a layer that
+computes its own top-k has it held to the reference indexer's logits tie-aware (`dsa_oracle.compare_topk`: a key the
+reference ranks within `TOPK_TIE_TOLERANCE` of its k-th logit counts as right, since bf16 projections and the fp8
+cast move near-ties at the boundary), a shared layer must read exactly the last computed rows, and the attention is
+then recomputed over the engine's own selection, so that a boundary tie cannot fail a faithful layer while a wrong
+indexer RoPE still fails its top-k. Without that buffer the reference's own top-k is used (`topk_source`).
+
 Thresholds (`LAYER_TOLERANCE`, `LOGITS_TOLERANCE`) are relative L2 errors per row; the module doc of
 `checkpoint_reference` says what the reference computes. A CUDA graph replays kernels without Python, so the probe
 runs in eager mode only; with MTP the forward holds draft tokens, so it runs without MTP.
@@ -20,6 +28,7 @@ import re
 from typing import Any
 
 from ..errors import ComposeError
+from .checkpoint_reference import compare_rows
 
 
 class LayerProbeError(ComposeError):
@@ -31,6 +40,10 @@ class LayerProbeError(ComposeError):
 LAYER_TOLERANCE = 0.05
 #: the final logits at a row: relative L2 error at most this (every layer's bf16 rounding compounds)
 LOGITS_TOLERANCE = 0.05
+#: a layer's own top-k: tie-aware recall at least this, a key within this fraction of the row's largest |logit| of
+#: the reference's k-th logit counting as right (the engine's bf16 projections and fp8 cast against fp32)
+TOPK_MIN_RECALL = 0.99
+TOPK_TIE_TOLERANCE = 0.02
 
 _NAME = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn$")
 
@@ -87,7 +100,10 @@ def install(model: Any) -> dict:
             if not _S["armed"]:
                 return None
             out = output if isinstance(output, torch.Tensor) else output[0]
-            _S["layers"][index][-1]["out"] = out.clone()
+            rec = _S["layers"][index][-1]
+            rec["out"] = out.clone()
+            if buffer is not None:
+                rec["topk"] = buffer[: out.shape[0]].clone()
             return None
 
         return hook
@@ -97,11 +113,30 @@ def install(model: Any) -> dict:
             _S["logits"].append({"position": int(_S["last_positions"].max()), "logits": output[-1:].float().clone()})
         return None
 
+    buffer = _topk_buffer(layers)
     for index, mod in layers.items():
         _S["handles"].append(mod.register_forward_pre_hook(pre(index), with_kwargs=True))
         _S["handles"].append(mod.register_forward_hook(post(index)))
     _S["handles"].append(lp.register_forward_hook(logits_hook))
-    return {"layers": sorted(layers), "logits_processor": type(lp).__name__}
+    return {
+        "layers": sorted(layers),
+        "logits_processor": type(lp).__name__,
+        "topk_buffer": None if buffer is None else list(buffer.shape),
+    }
+
+
+def _topk_buffer(layers: dict[int, Any]):
+    """The model's top-k buffer (one for all layers: each layer with an indexer writes it, the attention and the
+    layers sharing the top-k read it), on the attention module (v0.34.0) or its indexer (earlier releases); None
+    where neither holds one."""
+    import torch
+
+    for mod in layers.values():
+        for holder in (mod, getattr(mod, "indexer", None)):
+            buf = getattr(holder, "topk_indices_buffer", None)
+            if isinstance(buf, torch.Tensor):
+                return buf
+    return None
 
 
 def arm(on: bool = True) -> None:
@@ -127,8 +162,9 @@ def records() -> dict:
     return {"layers": _S["layers"], "logits": _S["logits"]}
 
 
-def _assemble(entries: list[dict], torch) -> tuple[Any, Any, Any]:
-    """One request's positions, inputs and outputs over its forwards, ordered by position (each position once)."""
+def _assemble(entries: list[dict], torch) -> tuple[Any, Any, Any, Any]:
+    """One request's positions, inputs, outputs and (when recorded) top-k rows over its forwards, ordered by
+    position (each position once)."""
     pos = torch.cat([e["positions"].long() for e in entries])
     x = torch.cat([e["x"] for e in entries]).float()
     out = torch.cat([e["out"] for e in entries]).float()
@@ -139,7 +175,13 @@ def _assemble(entries: list[dict], torch) -> tuple[Any, Any, Any]:
             f"the recorded positions are not 0..{pos.numel() - 1} once each (one request, no MTP, no prefix cache)",
             hint="run the probe on one request without MTP",
         )
-    return pos, x, out
+    topk = None
+    if all("topk" in e for e in entries):
+        width = max(e["topk"].shape[1] for e in entries)
+        topk = torch.cat(
+            [torch.nn.functional.pad(e["topk"].long(), (0, width - e["topk"].shape[1]), value=-1) for e in entries]
+        )[order]
+    return pos, x, out, topk
 
 
 def check_rows(prompt_len: int, total: int, prefill_rows: int = 4, decode_rows: int = 8) -> list[int]:
@@ -163,20 +205,32 @@ def judge(reference: Any, prompt_tokens: list[int], generated: list[int], logits
     try:
         rows: list[int] = []
         per_layer: dict[int, dict] = {}
+        selections: dict[int, Any] = {}
         topk = None
         for index in sorted(layers):
-            pos, x, out = _assemble(layers[index], torch)
+            pos, x, out, engine_topk = _assemble(layers[index], torch)
             if not rows:
                 rows = check_rows(len(prompt_tokens), int(pos.numel()))
             w = reference.attention_weights(index)
-            if not reference.shares(index) or topk is None:
+            shared = reference.shares(index) and topk is not None
+            verdict: dict[str, Any] = {}
+            if engine_topk is not None:
+                selections[index] = engine_topk
+                got = engine_topk[rows].to(x.device)
+                if shared:
+                    verdict = {"topk_same_as_last": bool(torch.equal(got, topk)), "topk_passed": None}
+                    verdict["topk_passed"] = verdict["topk_same_as_last"]
+                else:
+                    verdict = _judge_topk(reference, reference.indexer_logits(w, x, pos, rows), got)
+                topk = got
+            elif not shared:
                 topk = reference.indexer_topk(w, x, pos, rows)
             ref = reference.attention(w, x, pos, rows, topk)
-            from .checkpoint_reference import compare_rows
-
             m = compare_rows(out[rows], ref)
+            m.update(verdict)
             m["shared_topk"] = reference.shares(index)
-            m["passed"] = m["max_relative_error"] <= LAYER_TOLERANCE
+            m["topk_source"] = "engine" if engine_topk is not None else "reference"
+            m["passed"] = m["max_relative_error"] <= LAYER_TOLERANCE and verdict.get("topk_passed") is not False
             per_layer[index] = m
             del w
         result: dict[str, Any] = {
@@ -187,27 +241,60 @@ def judge(reference: Any, prompt_tokens: list[int], generated: list[int], logits
             "worst_layer_error": max(v["max_relative_error"] for v in per_layer.values()),
         }
         if logits:
-            result["logits"] = _judge_logits(reference, prompt_tokens, generated, torch)
+            result["logits"] = _judge_logits(reference, prompt_tokens, generated, selections, torch)
         return result
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-def _judge_logits(reference: Any, prompt_tokens: list[int], generated: list[int], torch) -> dict:
-    from .checkpoint_reference import compare_rows
+def _judge_topk(reference: Any, logits: Any, got: Any) -> dict:
+    """A layer's own top-k rows against the reference indexer's `logits` [rows, T], tie-aware."""
+    from .dsa_oracle import compare_topk  # imports torch
 
+    v = compare_topk(
+        got, reference.topk_of(logits), logits=logits, min_recall=TOPK_MIN_RECALL, tie_tolerance=TOPK_TIE_TOLERANCE
+    )
+    return {"topk_min_tie_recall": v.min_tie_recall, "topk_min_recall": v.min_recall, "topk_passed": v.passed}
+
+
+def _judge_logits(reference: Any, prompt_tokens: list[int], generated: list[int], selections: dict, torch) -> dict:
+    """The recorded final logits against the reference's forward of the token ids. With the engine's selections
+    recorded, every layer attends over them (each judged per layer), so that a tie at the top-k boundary moves
+    neither side; `own_topk` then holds the comparison with the reference's own indexer throughout, where a wrong
+    indexer RoPE shows in the logits too (and a boundary tie may)."""
     seq = list(prompt_tokens) + list(generated)
     recs = [r for r in _S["logits"] if len(prompt_tokens) - 1 <= r["position"] < len(seq) - 1]
     if not recs:
         raise LayerProbeError("no logits were recorded at the prompt's end or a decode step")
     rows = [r["position"] for r in recs]
-    want = reference.forward(seq[: max(rows) + 1], rows)["logits"]
-    got = torch.cat([r["logits"] for r in recs])[:, : want.shape[1]].to(want.device)
-    m = compare_rows(got, want)
-    m["argmax_agree"] = int((got.argmax(-1) == want.argmax(-1)).sum())
-    m["tolerance"] = LOGITS_TOLERANCE
-    m["passed"] = m["max_relative_error"] <= LOGITS_TOLERANCE
+    got = torch.cat([r["logits"] for r in recs])
+
+    def compare(sel: dict | None) -> dict:
+        want = reference.forward(seq[: max(rows) + 1], rows, selections=sel)["logits"]
+        ours = got[:, : want.shape[1]].to(want.device)
+        m = compare_rows(ours, want)
+        m["argmax_agree"] = int((ours.argmax(-1) == want.argmax(-1)).sum())
+        m["tolerance"] = LOGITS_TOLERANCE
+        m["passed"] = m["max_relative_error"] <= LOGITS_TOLERANCE
+        return m
+
+    m = compare(selections or None)
+    m["selection"] = "engine" if selections else "reference"
+    if selections:
+        m["own_topk"] = compare(None)
     return m
 
 
-__all__ = ["LAYER_TOLERANCE", "LOGITS_TOLERANCE", "LayerProbeError", "arm", "check_rows", "clear", "forget", "install", "judge"]
+__all__ = [
+    "LAYER_TOLERANCE",
+    "LOGITS_TOLERANCE",
+    "TOPK_MIN_RECALL",
+    "TOPK_TIE_TOLERANCE",
+    "LayerProbeError",
+    "arm",
+    "check_rows",
+    "clear",
+    "forget",
+    "install",
+    "judge",
+]

@@ -361,7 +361,12 @@ def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
             judged["hooked"] = hooked
             out["faults"][name] = judged
             bad_layers = [k for k, v in judged["layers"].items() if not v["passed"]]
-            logits_off = not judged["logits"]["passed"]
+            # off the reference over the engine's selections, or (where the clean run held there) over the
+            # reference indexer's own: a wrong indexer RoPE moves only the latter
+            own, clean_own = judged["logits"].get("own_topk"), clean["logits"].get("own_topk")
+            logits_off = not judged["logits"]["passed"] or bool(
+                own and clean_own and clean_own["passed"] and not own["passed"]
+            )
             if engine_faults.MODEL_FAULTS[name][1]:
                 result["checks"].append(
                     (f"model fault {name}: the layer reference flags layers {bad_layers or 'none'}", bool(bad_layers))
@@ -371,7 +376,7 @@ def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
             else:
                 result["checks"].append(
                     (f"model fault {name}: the layer reference passes it (a uniform logit scale keeps the top-k)",
-                     not bad_layers and not logits_off)
+                     not bad_layers and judged["logits"]["passed"])
                 )
         out["check_s"] = round(time.perf_counter() - t0, 1)
     finally:
