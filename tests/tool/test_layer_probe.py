@@ -1,12 +1,10 @@
 """The layer probe (proof/layer_probe.py) and the model-level faults (engine_faults.install_model_fault), on a CPU.
 
-No vLLM here: a stand-in engine with vLLM's module names (`model.layers.N.self_attn` called with `positions=` and
-`hidden_states=`, a `logits_processor`) runs a written tiny checkpoint the way an engine does, prefill then one token
-a step, each attention module keeping its own K/V history, IndexCache's shared layers reading the top-k of the last
-layer that computed one in the same step. Its arithmetic is `CheckpointReference`'s own, so a faithful stand-in must
-pass the probe, and each fault the GPU suites inject (applied to the stand-in's copy of the reference) must fail it,
-except the indexer weights' scale, which every logit of a row shares, so the top-k and the layer do not move.
-`install_model_fault` is checked against a module tree carrying the attributes vLLM's DeepseekV32 attention holds."""
+No vLLM here: `standin_engine.Engine` runs a written tiny checkpoint as an engine does, under vLLM's module names and
+with the attributes of vLLM's DeepseekV32 attention that the faults change. Its arithmetic is `CheckpointReference`'s
+own, so unfaulted it must pass the probe, and each fault the GPU suites inject (through `install_model_fault`, as on
+the GPU) must fail it, except the indexer weights' scale, which every logit of a row shares, so the top-k and the
+layer do not move."""
 
 from __future__ import annotations
 
@@ -16,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
+
+from standin_engine import Engine  # noqa: E402
 
 from vllm_compose.proof import engine_faults as ef  # noqa: E402
 from vllm_compose.proof import layer_probe as lp  # noqa: E402
@@ -43,91 +43,18 @@ def checkpoint(tmp_path_factory):
     return out, prompt
 
 
-class _Attention(torch.nn.Module):
-    def __init__(self, engine: _Engine, layer: int):
-        super().__init__()
-        self.engine, self.layer = engine, layer
-        self.xs: list = []
-        self.ps: list = []
-
-    def forward(self, positions, hidden_states):
-        e, ref = self.engine, self.engine.ref
-        self.xs.append(hidden_states)
-        self.ps.append(positions)
-        x, pos = torch.cat(self.xs), torch.cat(self.ps)
-        rows = list(range(x.shape[0] - hidden_states.shape[0], x.shape[0]))
-        w = e.weights(self.layer)
-        if not ref.shares(self.layer) or e.topk is None:
-            e.topk = ref.indexer_topk(w, x, pos, rows)
-            if e.topk_edit:
-                e.topk = e.topk_edit(self.layer, e.topk)
-        if e.buffer is not None:  # vLLM's one top-k buffer, on every attention module (v0.34.0)
-            e.buffer[: len(rows)] = -1
-            e.buffer[: len(rows), : e.topk.shape[1]] = e.topk
-        return ref.attention(w, x, pos, rows, e.topk)
-
-
-class _Layer(torch.nn.Module):
-    def __init__(self, engine: _Engine, layer: int):
-        super().__init__()
-        self.self_attn = _Attention(engine, layer)
-
-
-class _Identity(torch.nn.Module):
-    def forward(self, x):
-        return x
-
-
-class _Engine(torch.nn.Module):
-    """`ref` computes; `edit(layer, weights)` may change a layer's weights (a fault) before it does."""
-
-    def __init__(self, ref: CheckpointReference, edit=None, topk_edit=None, buffer: bool = True):
-        super().__init__()
-        self.ref, self.edit, self.topk_edit, self.topk = ref, edit, topk_edit, None
-        self.buffer = torch.full((PROMPT + DECODE, ref.index_topk), -1, dtype=torch.int32) if buffer else None
-        self.model = torch.nn.Module()
-        self.model.layers = torch.nn.ModuleList(_Layer(self, n) for n in range(ref.layers))
-        self.logits_processor = _Identity()
-        if self.buffer is not None:
-            for layer in self.model.layers:
-                layer.self_attn.topk_indices_buffer = self.buffer
-
-    def weights(self, layer: int) -> dict:
-        w = dict(self.ref.attention_weights(layer))
-        return self.edit(layer, w) if self.edit else w
-
-    def step(self, tokens: list[int], start: int):
-        ref = self.ref
-        self.topk = None
-        pos = torch.arange(start, start + len(tokens))
-        h = ref.tensors("model.embed_tokens.")["weight"][torch.tensor(tokens)]
-        for n, layer in enumerate(self.model.layers):
-            p = f"model.layers.{n}."
-            x = ref._rms(h, ref.tensors(p + "input_layernorm.")["weight"])
-            h = h + layer.self_attn(positions=pos, hidden_states=x)
-            h = h + ref._mlp(n, ref._rms(h, ref.tensors(p + "post_attention_layernorm.")["weight"]))
-        final = ref._rms(h[-1:], ref.tensors("model.norm.")["weight"])
-        return self.logits_processor(final @ ref.tensors("lm_head.")["weight"].T)
-
-    def generate(self, prompt: list[int], n: int) -> list[int]:
-        out: list[int] = []
-        logits = self.step(prompt, 0)
-        for _ in range(n):
-            out.append(int(logits.argmax()))
-            logits = self.step(out[-1:], len(prompt) + len(out) - 1)
-        return out
-
-
-def _probe(checkpoint, engine_ref=None, edit=None, topk_edit=None, buffer=True) -> dict:
+def _probe(checkpoint, fault: str | None = None, topk_edit=None, buffer=True) -> dict:
     out, prompt = checkpoint
-    engine = _Engine(engine_ref or CheckpointReference(out, fp8_indexer=False), edit, topk_edit, buffer)
+    engine = Engine(CheckpointReference(out, fp8_indexer=False), topk_edit, buffer)
     lp.install(engine)
     try:
+        if fault:
+            ef.install_model_fault(engine, fault, layer=2)
         lp.arm(True)
-        with torch.no_grad():
-            generated = engine.generate(prompt, DECODE)
+        generated = engine.generate(prompt, DECODE)
         return lp.judge(CheckpointReference(out, fp8_indexer=False), prompt, generated)
     finally:
+        ef.clear()
         lp.clear()
 
 
@@ -141,9 +68,8 @@ def test_a_faithful_engine_passes_every_layer_and_its_logits(checkpoint):
     assert all(m["topk_same_as_last"] for m in r["layers"].values() if m["shared_topk"])
     assert set(r["layers"]) == {str(n) for n in range(5)}
     # prefill rows spread over the prompt (its last included) and every decode step after the prompt's end
-    assert r["rows"][: 4] == lp.check_rows(PROMPT, PROMPT + DECODE)[:4] and PROMPT - 1 in r["rows"]
+    assert r["rows"][:4] == lp.check_rows(PROMPT, PROMPT + DECODE)[:4] and PROMPT - 1 in r["rows"]
     assert r["rows"][-1] == PROMPT + DECODE - 1
-    # the shared layers were judged on the top-k of the last layer that computed one
     assert [r["layers"][str(n)]["shared_topk"] for n in range(5)] == [
         rm.is_shared_layer(rm.tiny_spec().shape, n) for n in range(5)
     ]
@@ -162,29 +88,33 @@ def test_without_the_top_k_buffer_the_references_own_selection_is_used(designed,
     assert not _probe(checkpoint, buffer=False)["layers"]["0"]["passed"]
 
 
-def _scaled_softmax(checkpoint, factor):
-    ref = CheckpointReference(checkpoint[0], fp8_indexer=False)
-    ref.scale *= factor
-    return ref
+@pytest.mark.parametrize("fault", ["softmax-x0.53", "softmax-x1.25"])
+def test_a_softmax_scale_fault_fails_every_layer_and_the_logits(checkpoint, fault):
+    r = _probe(checkpoint, fault)
+    assert not r["logits"]["passed"], r["logits"]
+    # each layer's input is the engine's own: the fault is found in every layer itself
+    assert all(not m["passed"] and m["topk_passed"] for m in r["layers"].values()), r["layers"]
 
 
-@pytest.mark.parametrize("factor", [0.53, 1.25])
-def test_a_softmax_scale_fault_fails_every_layer_and_the_logits(checkpoint, factor):
-    r = _probe(checkpoint, engine_ref=_scaled_softmax(checkpoint, factor))
-    assert not r["layers_passed"] and not r["logits"]["passed"], r
-    assert not r["layers"]["0"]["passed"]  # layer 0's input is the engine's own: the fault is in the layer itself
+def test_the_indexer_rope_on_the_other_lane_pairing_fails_the_top_k(checkpoint):
+    r = _probe(checkpoint, "indexer-rope-half")
+    full = [n for n, m in r["layers"].items() if not m["shared_topk"]]
+    assert all(not r["layers"][n]["topk_passed"] for n in full), r["layers"]
+    # seen where it is: the attention over the engine's own selection is right
+    assert r["layers"]["0"]["max_relative_error"] < 1e-4
+    # the logits over the engine's selections agree; over the reference indexer's own they move
+    assert r["logits"]["passed"] and not r["logits"]["own_topk"]["passed"], r["logits"]
 
 
-@pytest.mark.parametrize("buffer", [True, False], ids=["engine-topk", "reference-topk"])
-def test_the_indexer_rope_on_the_other_lane_pairing_fails(checkpoint, buffer):
-    ref = CheckpointReference(checkpoint[0], fp8_indexer=False)
-    ref.index_interleaved = not ref.index_interleaved
-    r = _probe(checkpoint, engine_ref=ref, buffer=buffer)
-    assert not r["layers"]["0"]["passed"], r["layers"]
-    if buffer:  # seen where it is: the top-k, the attention over the engine's own selection being right
-        assert not r["layers"]["0"]["topk_passed"] and r["layers"]["0"]["max_relative_error"] < 1e-4
-        # the logits over the engine's selections agree; over the reference indexer's own they move
-        assert r["logits"]["passed"] and not r["logits"]["own_topk"]["passed"], r["logits"]
+def test_one_layers_kcache_x2_fails_that_layer(checkpoint):
+    r = _probe(checkpoint, "kcache-x2")
+    assert r["layers"]["0"]["passed"] and r["layers"]["1"]["passed"]
+    assert not r["layers"]["2"]["passed"] and not r["layers_passed"], r["layers"]
+
+
+def test_the_indexer_weights_scale_passes(checkpoint):
+    r = _probe(checkpoint, "indexer-weights-x0.5")
+    assert r["layers_passed"] and r["logits"]["passed"], r
 
 
 def test_a_top_k_off_at_the_boundary_fails_its_layer_alone(checkpoint):
@@ -203,30 +133,6 @@ def test_a_top_k_off_at_the_boundary_fails_its_layer_alone(checkpoint):
     assert not r["layers"]["1"]["topk_passed"] and r["layers"]["1"]["topk_min_tie_recall"] < 0.99
 
 
-def test_one_layers_kcache_x2_fails_that_layer(checkpoint):
-    def kcache_x2(layer, w):
-        if layer == 2:
-            w["kv_a_layernorm.weight"] = w["kv_a_layernorm.weight"] * 2
-            pe = w["kv_a_proj_with_mqa.weight"].clone()
-            pe[-64:] *= 2
-            w["kv_a_proj_with_mqa.weight"] = pe
-        return w
-
-    r = _probe(checkpoint, edit=kcache_x2)
-    assert r["layers"]["0"]["passed"] and r["layers"]["1"]["passed"]
-    assert not r["layers"]["2"]["passed"] and not r["layers_passed"], r["layers"]
-
-
-def test_the_indexer_weights_scale_passes(checkpoint):
-    def weights_half(_layer, w):
-        if "indexer.weights_proj.weight" in w:  # shared layers hold no indexer
-            w["indexer.weights_proj.weight"] = w["indexer.weights_proj.weight"] * 0.5
-        return w
-
-    r = _probe(checkpoint, edit=weights_half)
-    assert r["layers_passed"] and r["logits"]["passed"], r
-
-
 def test_judge_without_records_and_install_without_layers_are_refused():
     lp.clear()
     with pytest.raises(lp.LayerProbeError, match="nothing was recorded"):
@@ -237,7 +143,7 @@ def test_judge_without_records_and_install_without_layers_are_refused():
 
 def test_positions_recorded_twice_are_refused(checkpoint):
     out, prompt = checkpoint
-    engine = _Engine(CheckpointReference(out, fp8_indexer=False))
+    engine = Engine(CheckpointReference(out, fp8_indexer=False))
     lp.install(engine)
     try:
         lp.arm(True)
@@ -344,3 +250,62 @@ def test_a_model_fault_refuses_what_it_cannot_find():
     with pytest.raises(ef.EngineFaultError, match="RoPE style was not found"):
         ef.install_model_fault(m, "indexer-rope-half", layer=0)
     ef.clear()
+
+
+# --- the proof's layer-reference flow (recall_run._layer_reference) on the stand-in ----------------------------------
+
+
+class _LLM:
+    """What `_layer_reference` uses of `vllm.LLM`: `apply_model` runs a function on the (one worker's) model."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def apply_model(self, fn):
+        return [fn(self.engine)]
+
+
+def _flow(checkpoint, monkeypatch, random_weights: bool, break_fault: str | None = None) -> dict:
+    from vllm_compose.proof import recall_run
+
+    out, _prompt = checkpoint
+    spec = replace(rm.tiny_spec(), random_weights=random_weights)
+    engine = Engine(CheckpointReference(out, fp8_indexer=True))
+    monkeypatch.setattr(
+        recall_run, "generate", lambda llm, prompts, n: [llm.engine.generate(list(p.tokens), n) for p in prompts]
+    )
+    if break_fault:  # a fault whose installation does nothing: the proof must say it was not caught
+        real = ef.install_model_fault
+        monkeypatch.setattr(
+            ef, "install_model_fault", lambda m, fault, layer: {"fault": fault} if fault == break_fault else real(m, fault, layer)
+        )
+    suite = recall_run.Suite(
+        label="t",
+        model_dir=str(out),
+        lengths=[PROMPT],
+        layer_reference=True,
+        model_faults=sorted(ef.MODEL_FAULTS),
+        probe_length=PROMPT,
+        probe_tokens=DECODE,
+    )
+    result: dict = {"checks": []}
+    recall_run._layer_reference(_LLM(engine), suite, spec, result)
+    return result
+
+
+def test_the_proofs_layer_reference_passes_a_faithful_engine_and_catches_each_fault(checkpoint, monkeypatch):
+    result = _flow(checkpoint, monkeypatch, random_weights=True)
+    failed = [c for c, ok in result["checks"] if not ok]
+    assert not failed, failed
+    names = " ".join(c for c, _ in result["checks"])
+    for fault in ef.MODEL_FAULTS:
+        assert f"model fault {fault}:" in names
+    # the random model: each must-flag fault also moves the final logits (RoPE: over the reference's own top-k)
+    assert sum("final logits move off" in c for c, _ in result["checks"]) == 4
+    assert set(result["layer_reference"]["faults"]) == set(ef.MODEL_FAULTS)
+
+
+def test_the_proofs_layer_reference_fails_a_fault_it_did_not_see(checkpoint, monkeypatch):
+    result = _flow(checkpoint, monkeypatch, random_weights=True, break_fault="kcache-x2")
+    failed = [c for c, ok in result["checks"] if not ok]
+    assert failed and all("kcache-x2" in c for c in failed), failed
