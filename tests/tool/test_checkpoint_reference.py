@@ -95,9 +95,18 @@ def test_attention_moves_with_each_scale_and_rope_fault(written):
 
 
 def test_yarn_follows_deepseek_v32s_config():
-    cfg = {"rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
-                            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
-           "rope_theta": 10000}
+    cfg = {
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 40,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+        "rope_theta": 10000,
+    }
     rope = Rope.from_config(cfg)
     m = 0.1 * math.log(40) + 1
     assert rope.softmax_factor == pytest.approx(m * m)  # 1.874: the softmax scale x0.53 drops exactly this

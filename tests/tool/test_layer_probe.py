@@ -212,7 +212,9 @@ def _state(m) -> list:
 
 def _same(a, b) -> bool:
     return all(
-        (torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)
+        (torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y)
+        for ra, rb in zip(a, b, strict=True)
+        for x, y in zip(ra, rb, strict=True)
     )
 
 
@@ -277,7 +279,9 @@ def _flow(checkpoint, monkeypatch, random_weights: bool, break_fault: str | None
     if break_fault:  # a fault whose installation does nothing: the proof must say it was not caught
         real = ef.install_model_fault
         monkeypatch.setattr(
-            ef, "install_model_fault", lambda m, fault, layer: {"fault": fault} if fault == break_fault else real(m, fault, layer)
+            ef,
+            "install_model_fault",
+            lambda m, fault, layer: {"fault": fault} if fault == break_fault else real(m, fault, layer),
         )
     suite = recall_run.Suite(
         label="t",

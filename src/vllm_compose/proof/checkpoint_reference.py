@@ -153,9 +153,15 @@ class CheckpointReference:
         try:
             self.cfg = json.loads(cfg_file.read_text())
         except (OSError, ValueError) as exc:
-            raise CheckpointReferenceError(f"cannot read {cfg_file}: {exc}", hint="point at a checkpoint folder") from exc
+            raise CheckpointReferenceError(
+                f"cannot read {cfg_file}: {exc}", hint="point at a checkpoint folder"
+            ) from exc
         c = self.cfg
-        missing = [k for k in ("hidden_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank", "index_topk") if not c.get(k)]
+        missing = [
+            k
+            for k in ("hidden_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank", "index_topk")
+            if not c.get(k)
+        ]
         if missing:
             raise CheckpointReferenceError(
                 f"{cfg_file} lacks {', '.join(missing)}: not a DSA (MLA with a lightning indexer) checkpoint",
@@ -362,9 +368,7 @@ class CheckpointReference:
                 out[start : start + len(part)] = self.attention(w, x, pos, part, sel, kv)
             if new_topk is not None:
                 width = max(t.shape[1] for t in new_topk)
-                topk = torch.cat(
-                    [torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in new_topk], 0
-                )
+                topk = torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in new_topk], 0)
             del w, kv
             h = h + out
             x = self._rms(h, self.tensors(p + "post_attention_layernorm.")["weight"])

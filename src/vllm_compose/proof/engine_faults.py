@@ -204,7 +204,9 @@ def install_model_fault(model: Any, fault: str, layer: int) -> dict:
         factor = float(fault.removeprefix("softmax-x"))
         impls = _impls(model)
         if not impls:
-            raise EngineFaultError("no attention impl with a float softmax_scale", hint="the release names it otherwise")
+            raise EngineFaultError(
+                "no attention impl with a float softmax_scale", hint="the release names it otherwise"
+            )
         for impl in impls:
             _set(impl, "softmax_scale", impl.softmax_scale * factor)
             if isinstance(getattr(impl, "scale", None), float):
@@ -250,7 +252,9 @@ def install_model_fault(model: Any, fault: str, layer: int) -> dict:
                 proj.weight[-rope_rows:].div_(2.0)
 
         _UNDO.append(undo)
-        info["changed"].append(f"layer {layer}: kv_a_layernorm.weight and the last {rope_rows} rows of {type(proj).__name__}")
+        info["changed"].append(
+            f"layer {layer}: kv_a_layernorm.weight and the last {rope_rows} rows of {type(proj).__name__}"
+        )
     return info
 
 

@@ -294,8 +294,14 @@ DSV32_LAYER = {
 }
 
 #: DeepSeek-V3.2's RoPE: yarn, factor 40 over 4,096 positions (so the MLA softmax scale carries mscale**2 = 1.874)
-DSV32_ROPE = {"factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
-              "mscale": 1.0, "mscale_all_dim": 1.0}
+DSV32_ROPE = {
+    "factor": 40,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 
 
 def dsv32_spec(num_hidden_layers: int = 4, seed: int = 0) -> RecallSpec:
@@ -341,8 +347,13 @@ def random_spec(seed: int = 1) -> RecallSpec:
 
 
 #: the checkpoints the proof writes, by name
-SHAPES = {"glm5": glm5_spec, "tiny": tiny_spec, "dsv32": dsv32_spec, "glm5-pattern": glm5_pattern_spec,
-          "random": random_spec}
+SHAPES = {
+    "glm5": glm5_spec,
+    "tiny": tiny_spec,
+    "dsv32": dsv32_spec,
+    "glm5-pattern": glm5_pattern_spec,
+    "random": random_spec,
+}
 
 
 # --- prompts and predictions ---------------------------------------------------------------------------------------

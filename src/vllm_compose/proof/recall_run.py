@@ -347,14 +347,18 @@ def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
         clean = out["clean"] = _probe(llm, reference, prompt, suite.probe_tokens)
         worst, tol = clean["worst_layer_error"], clean["layer_tolerance"]
         result["checks"].append(
-            (f"every layer agrees with the checkpoint reference (worst relative error {worst:.4f} <= {tol})",
-             clean["layers_passed"])
+            (
+                f"every layer agrees with the checkpoint reference (worst relative error {worst:.4f} <= {tol})",
+                clean["layers_passed"],
+            )
         )
         lg = clean["logits"]
         result["checks"].append(
-            (f"the final logits agree with the checkpoint reference's forward (relative error "
-             f"{lg['max_relative_error']:.4f} <= {lg['tolerance']}, argmax {lg['argmax_agree']}/{lg['rows']})",
-             lg["passed"])
+            (
+                f"the final logits agree with the checkpoint reference's forward (relative error "
+                f"{lg['max_relative_error']:.4f} <= {lg['tolerance']}, argmax {lg['argmax_agree']}/{lg['rows']})",
+                lg["passed"],
+            )
         )
         out["faults"] = {}
         for name in suite.model_faults:
@@ -375,19 +379,22 @@ def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
             logits_off = not judged["logits"]["passed"] or bool(
                 own
                 and clean_own
-                and own["max_relative_error"]
-                >= max(own["tolerance"], OWN_TOPK_MOVE * clean_own["max_relative_error"])
+                and own["max_relative_error"] >= max(own["tolerance"], OWN_TOPK_MOVE * clean_own["max_relative_error"])
             )
             if engine_faults.MODEL_FAULTS[name][1]:
                 result["checks"].append(
                     (f"model fault {name}: the layer reference flags layers {bad_layers or 'none'}", bool(bad_layers))
                 )
                 if spec.random_weights:
-                    result["checks"].append((f"model fault {name}: the final logits move off the reference", logits_off))
+                    result["checks"].append(
+                        (f"model fault {name}: the final logits move off the reference", logits_off)
+                    )
             else:
                 result["checks"].append(
-                    (f"model fault {name}: the layer reference passes it (a uniform logit scale keeps the top-k)",
-                     not bad_layers and judged["logits"]["passed"])
+                    (
+                        f"model fault {name}: the layer reference passes it (a uniform logit scale keeps the top-k)",
+                        not bad_layers and judged["logits"]["passed"],
+                    )
                 )
         out["check_s"] = round(time.perf_counter() - t0, 1)
     finally:
@@ -426,7 +433,9 @@ def run_suite(suite: Suite) -> dict:
             "prompts": _judge(spec, prompts, got, suite.max_tokens),
         }
         if spec.random_weights:  # nothing predicts a random model's tokens: the layer reference judges it
-            result["clean"]["prompts"] = [{"prompt_len": len(p.tokens), "tokens": t} for p, t in zip(prompts, got)]
+            result["clean"]["prompts"] = [
+                {"prompt_len": len(p.tokens), "tokens": t} for p, t in zip(prompts, got, strict=True)
+            ]
         else:
             result["checks"].append(
                 ("clean tokens as predicted", all(p["as_predicted"] for p in result["clean"]["prompts"]))
