@@ -12,7 +12,7 @@ pipeline (vLLM's batch queue overlaps the steps of different requests; that is n
   bytes at the step's batch over the measured time, so that every other part, the verify step's extra rows, the LM
   head, the MTP layer, is read at the same effective rate). Rows cost through the routed experts they touch: one
   row picks 8 of GLM-5.x's 256, two rows touch 15.8 on average (`experts_touched`), so a verify step at batch 1
-  reads about 1.4 times a plain step's weights.
+  reads about 1.5 times a plain step's weights.
 * **Hand-offs.** At each stage boundary vLLM's `IntermediateTensors` carries the hidden states and the residual
   (`plan.INTERMEDIATE_KEYS`: bf16, `hidden` wide a row) and, where the next stage starts on a layer that reuses the
   top-k (`plan.computes_topk`), the relay's `index_topk` indices a row (`plan.TOPK_INDEX_BYTES`), as one transfer
@@ -268,6 +268,10 @@ class StepTimes:
     def total_ms(self) -> float:
         return self.compute_ms + self.link_ms + sum(self.draft_ms) + self.round_ms
 
+    def tok_s(self, batch: int, tokens_per_request: float = 1.0) -> float:
+        """Tokens a second when each of `batch` requests gains `tokens_per_request` a step."""
+        return batch * tokens_per_request / self.total_ms * 1e3
+
     def to_json(self) -> dict:
         return {
             "rows": self.rows,
@@ -364,11 +368,11 @@ class MtpEstimate:
 
     @property
     def tok_s_plain(self) -> float:
-        return self.batch / self.plain.total_ms * 1e3
+        return self.plain.tok_s(self.batch)
 
     @property
     def tok_s_mtp(self) -> float:
-        return self.batch * self.tokens_per_step / self.mtp.total_ms * 1e3
+        return self.mtp.tok_s(self.batch, self.tokens_per_step)
 
     @property
     def speedup(self) -> float:
