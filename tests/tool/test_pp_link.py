@@ -297,6 +297,22 @@ def test_a_measured_layer_time_reads_the_mean_layer_in_that_time():
         step.measured_clock(shape, w, 0, 1)
 
 
+def test_with_a_card_the_measured_time_splits_into_its_reads_and_a_fixed_rest():
+    shape, w, a100 = glm5(), Weights(4, 4, 16, 128), cards.card("A100-PCIe-80GB")
+    clock = step.measured_clock(shape, w, 0.33, 1, a100)
+    assert sum(clock.layer_ms(x, 1) for x in range(78)) == pytest.approx(78 * 0.33)
+    # the rest does not grow with the rows: a second row adds only its experts' reads at the card's peak
+    extra = (step.layer_read_bytes(shape, 40, 2, w) - step.layer_read_bytes(shape, 40, 1, w)) / 1935e9 * 1e3
+    assert clock.layer_ms(40, 2) - clock.layer_ms(40, 1) == pytest.approx(extra)
+    assert clock.fixed_ms == pytest.approx(0.33 - card_reads(shape, w, a100)) and clock.fixed_ms > 0
+    with pytest.raises(StepError, match=r"--layer-ms 0.05 is less than reading the mean layer's weights"):
+        step.measured_clock(shape, w, 0.05, 1, a100)
+
+
+def card_reads(shape, w, card):
+    return sum(step.layer_read_bytes(shape, x, 1, w) for x in range(78)) / 78 / (card.hbm_gbs * 1e9) * 1e3
+
+
 def test_the_verify_step_reads_more_experts_than_the_plain_one():
     shape = glm5()
     clock = step.card_clock(shape, Weights(4, 4, 16, 128), cards.card("A100-PCIe-80GB"))
@@ -376,8 +392,20 @@ def test_the_link_estimate_needs_mtp(capsys):
 
 def test_the_user_guides_worked_cases_are_what_pp_plan_prints(capsys):
     guide = (ROOT / "docs" / "user-guide.md").read_text()
-    for argv in (["--card", "CMP-170HX"], ["--card", "A100-PCIe-80GB"], ["--card", "CMP-170HX", "--layer-ms", "0.45"],
-                 ["--card", "CMP-170HX", "--layer-ms", "0.45", "--draft-round-ms", "25"]):  # fmt: skip
+    cases = (
+        ["--card", "CMP-170HX", "--link", "pcie1x4", "--layer-ms", "0.45"],
+        ["--card", "CMP-170HX", "--link", "pcie1x4", "--layer-ms", "0.45", "--draft-round-ms", "25"],
+        ["--card", "A100-PCIe-80GB", "--link", "pcie4x16", "--layer-ms", "0.33"],
+        ["--card", "CMP-170HX"],
+    )
+    for argv in cases:
         assert run_cli(*argv) == 0
-        verdict = capsys.readouterr().out.rstrip().splitlines()[-1]
-        assert verdict in guide, (argv, verdict)
+        out = capsys.readouterr().out
+        assert " ".join(argv) in guide
+        for line in out.rstrip().splitlines()[-2:]:  # the speed-up, break-even and budget line; the verdict
+            assert line in guide, (argv, line)
+    # the first case's whole link section, as the guide shows it (a code block: four spaces in)
+    assert run_cli(*cases[0]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("MTP 1 on this link:") :].rstrip("\n").split("\n")
+    assert "\n".join(f"    {line}".rstrip() for line in section) in guide

@@ -8,9 +8,11 @@ pipeline (vLLM's batch queue overlaps the steps of different requests; that is n
 * **Compute.** A stage takes the sum of its layers' times at the step's rows; the last stage adds the final norm and
   the LM head. A `Clock` says what each part costs. `ReadClock` takes the time to read a part's weights once (decode
   at a few rows is memory-bound): at a card's peak HBM bandwidth (`card_clock`, `--card`: a lower bound on the
-  time), or at the rate a measured per-layer time implies (`measured_clock`, `--layer-ms`: the mean decoder layer's
-  bytes at the step's batch over the measured time, so that every other part, the verify step's extra rows, the LM
-  head, the MTP layer, is read at the same effective rate). Rows cost through the routed experts they touch: one
+  time), or from a measured per-layer time (`measured_clock`, `--layer-ms`): alone, at the rate that reads the mean
+  decoder layer's weights at the step's batch in that time, so that every other part (the verify step's extra rows,
+  the LM head, the MTP layer) is read at the same effective rate and all of the time grows with the bytes; with a
+  card, the weights at the card's peak and the rest of the measured time a fixed cost a layer (attention kernels,
+  launches) that does not grow with a few more rows. Rows cost through the routed experts they touch: one
   row picks 8 of GLM-5.x's 256, two rows touch 15.8 on average (`experts_touched`), so a verify step at batch 1
   reads about 1.5 times a plain step's weights.
 * **Hand-offs.** At each stage boundary vLLM's `IntermediateTensors` carries the hidden states and the residual
@@ -166,28 +168,31 @@ class Clock(Protocol):
 
 @dataclass(frozen=True)
 class ReadClock:
-    """Every part of a step takes the time to read its weights once at `gbps`."""
+    """Every part of a step takes the time to read its weights once at `gbps`, and each decoder layer (the MTP
+    layer's draft steps included) `fixed_ms` more that does not grow with the rows."""
 
     shape: ModelShape
     weights: Weights
     gbps: float  # effective read bandwidth, GB/s
-    source: str  # where `gbps` comes from
+    source: str  # where the figures come from
+    fixed_ms: float = 0.0  # a layer's time beyond its weight reads: attention kernels, launches
     tp: int = 1
 
     def _ms(self, nbytes: float) -> float:
         return nbytes / (self.gbps * 1e9) * 1e3
 
     def layer_ms(self, layer: int, rows: int) -> float:
-        return self._ms(layer_read_bytes(self.shape, layer, rows, self.weights, self.tp))
+        return self._ms(layer_read_bytes(self.shape, layer, rows, self.weights, self.tp)) + self.fixed_ms
 
     def head_ms(self, rows: int) -> float:
         return self._ms(lm_head_bytes(self.shape, self.tp))
 
     def draft_ms(self, step: int, rows: int) -> float:
-        return self._ms(draft_read_bytes(self.shape, self.weights, rows, step, self.tp))
+        return self._ms(draft_read_bytes(self.shape, self.weights, rows, step, self.tp)) + self.fixed_ms
 
     def describe(self) -> str:
-        return f"weights read once a step at {self.gbps:,.0f} GB/s ({self.source})"
+        fixed = f" plus {self.fixed_ms:.3f} ms a layer that does not grow with the rows" if self.fixed_ms else ""
+        return f"weights read once a step at {self.gbps:,.0f} GB/s{fixed} ({self.source})"
 
 
 def card_clock(shape: ModelShape, weights: Weights, card: Card) -> ReadClock:
@@ -196,9 +201,13 @@ def card_clock(shape: ModelShape, weights: Weights, card: Card) -> ReadClock:
     return ReadClock(shape, weights, card.hbm_gbs, f"{card.name}'s peak HBM bandwidth: a lower bound on the time")
 
 
-def measured_clock(shape: ModelShape, weights: Weights, layer_ms: float, batch: int) -> ReadClock:
-    """Weights read at the rate a measured per-layer time implies: the mean decoder layer's bytes at `batch` rows
-    over `layer_ms`."""
+def measured_clock(
+    shape: ModelShape, weights: Weights, layer_ms: float, batch: int, card: Card | None = None
+) -> ReadClock:
+    """A clock that gives the mean decoder layer `layer_ms` at `batch` rows. Without a card, every part is read at
+    the rate that implies (all of a layer's time grows with the bytes its rows read); with one, a layer reads its
+    weights at the card's peak and the rest of the measured time is a fixed cost a layer (attention kernels, launches:
+    they do not grow with a few more rows)."""
     if isinstance(layer_ms, bool) or not isinstance(layer_ms, (int, float)) or not layer_ms > 0:
         raise StepError(
             f"--layer-ms is {layer_ms!r}; it must be a positive number of milliseconds",
@@ -208,11 +217,25 @@ def measured_clock(shape: ModelShape, weights: Weights, layer_ms: float, batch: 
         )
     n = shape.num_layers
     mean = sum(layer_read_bytes(shape, x, batch, weights) for x in range(n)) / n
-    gbps = mean / (layer_ms / 1e3) / 1e9
+    measured = f"{layer_ms:g} ms a decoder layer at batch {batch}, measured (--layer-ms)"
+    if card is None:
+        gbps = mean / (layer_ms / 1e3) / 1e9
+        return ReadClock(shape, weights, gbps, f"{measured}: the rate that reads the mean layer's weights in that time")
+    reads = mean / (card.hbm_gbs * 1e9) * 1e3
+    if layer_ms < reads:
+        raise StepError(
+            f"--layer-ms {layer_ms:g} is less than reading the mean layer's weights at {card.name}'s peak "
+            f"({reads:.3f} ms at batch {batch})",
+            key="--layer-ms",
+            hint="check the measurement, its batch (--batch) and the weights' bits (--bits, --mtp-bits)",
+        )
     return ReadClock(
-        shape, weights, gbps, f"{layer_ms:g} ms a decoder layer at batch {batch}, measured (--layer-ms): the "
-        "rate that reads the mean layer's weights in that time",
-    )  # fmt: skip
+        shape,
+        weights,
+        card.hbm_gbs,
+        f"{measured}, split into reads at {card.name}'s peak and the rest",
+        layer_ms - reads,
+    )
 
 
 # --- the step ---------------------------------------------------------------------------------------------------
@@ -487,8 +510,8 @@ def for_plan(
     batch: int | None = None,
 ) -> MtpEstimate:
     """pp-plan's question: does the plan's MTP pay on this link, on the plan's partition? The link is `link` (a
-    PCIe name), else `link_gbps` (measured), else the card's; the compute is `layer_ms` (measured), else the card's
-    peak bandwidth."""
+    PCIe name), else `link_gbps` (measured), else the card's; the compute is `layer_ms` (measured; split into the
+    card's weight reads and a fixed rest when a card is named), else the card's peak bandwidth."""
     the_card = find_card(card) if card is not None else None
     if link is not None:
         the_link = links.pcie(link, latency_us)
@@ -522,7 +545,7 @@ def for_plan(
     shape, weights, n = plan.shape, Weights.of(plan.settings), 1 if batch is None else batch
     if layer_ms is not None:
         _check(isinstance(n, int) and n >= 1, "--batch", n, "requests in a step: an integer >= 1")
-        clock = measured_clock(shape, weights, layer_ms, n)
+        clock = measured_clock(shape, weights, layer_ms, n, the_card)
     elif the_card is not None:
         clock = card_clock(shape, weights, the_card)
     else:
