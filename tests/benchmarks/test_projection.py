@@ -174,7 +174,8 @@ def test_the_table_labels_every_row_a_projection_and_places_the_peers(tmp_path, 
     assert {p["falls"] for p in doc["peers"]} <= {"inside", "above", "below", None}
 
 
-def test_the_recorded_run_is_the_table_docs_benchmarks_shows(capsys):
+def test_the_recorded_run_is_the_table_docs_benchmarks_shows(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the table names the kernel file as the command line does
     assert projection.main(["--kernels", str(SM80.relative_to(ROOT)), "--table"]) == 0
     got = capsys.readouterr().out
     assert got in (ROOT / "docs" / "benchmarks.md").read_text()
