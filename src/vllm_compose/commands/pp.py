@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import ExitCode
+from ..pp.card import CARDS
 from .shared import options
 
 
@@ -62,8 +63,8 @@ def add_parsers(sub) -> None:
         "--link-latency-us", type=float, metavar="US", help="fixed cost of one transfer (default 15, an assumption)"
     )
     link.add_argument(
-        "--card", metavar="NAME", help="a known GPU (A100-SXM4-80GB, A100-PCIe-80GB, A800-SXM4-80GB, CMP-170HX): "
-        "its link, and its peak HBM bandwidth for the layers' time",
+        "--card", metavar="NAME", help=f"a known GPU ({', '.join(CARDS)}): its link, and its peak HBM bandwidth for "
+        "the layers' time",
     )  # fmt: skip
     link.add_argument(
         "--layer-ms", type=float, metavar="MS", help="one decoder layer's measured time in a decode step at --batch"
