@@ -1,6 +1,7 @@
-"""benchmarks/projection.py without a GPU: the step arithmetic on hand-made inputs worked out by hand here, the
-GLM-5.x byte counts on a small config counted by hand, and the refusals (missing or unavailable rows, an unknown
-card, a file that is not a kernel result) with nothing written."""
+"""benchmarks/projection.py without a GPU: the kernel table's look-ups and interpolation worked by hand, a layer's parts
+on a card (21 indexer layers and 78 sparse-MLA layers, kernels scaled by bandwidth at the slow end, TP's all-reduces
+by hand), the step's parts adding up through vllm_compose.pp.step, the refusals with nothing written, and the table
+docs/benchmarks.md shows being what the script prints from the recorded H200 run."""
 
 from __future__ import annotations
 
@@ -14,152 +15,174 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import projection  # noqa: E402
-from projection import Card, ProjectionError, Scenario, StepParts  # noqa: E402
+from projection import ENDS, KernelClock, KernelTable, ProjectionError, Scenario  # noqa: E402
 
-from vllm_compose.pp import plan as pp_plan  # noqa: E402
+from vllm_compose.pp import card as cards  # noqa: E402
+from vllm_compose.pp import link as links  # noqa: E402
+from vllm_compose.pp import step  # noqa: E402
 
 SM80 = ROOT / "lab/results/2026-12-02/dsa_kernels_sm80.json"
-
-
-def test_one_step_on_a_made_up_card(monkeypatch):
-    monkeypatch.setattr(projection, "HANDOFF_LATENCY_US", 10.0)
-    card = Card("test", hbm_gbs=1000.0, link_gbs=1.0, source="-", uncertain="")
-    parts = StepParts(weight_bytes=2e9, kernel_ms_h200=3.0, handoff_bytes=1_000_000, handoffs=7, tokens=1)
-    got = projection.project(parts, card, h200_peak_gbs=4000.0)
-    # kernels 3 ms x 4000/1000 = 12; weights 2e9 B / 1e12 B/s = 2 ms; hand-offs 7 x 10 us + 1e6 B / 1e9 B/s = 1.07 ms
-    assert got == {
-        "kernels_ms": 12.0,
-        "kernels_ms_unscaled": 3.0,
-        "weights_ms": 2.0,
-        "handoff_ms": 1.07,
-        "step_ms": 15.07,
-        "step_ms_unscaled": 6.07,
-        "tok_s": 66.36,  # 1000 / 15.07
-        "tok_s_unscaled": 164.74,  # 1000 / 6.07
-    }
-
-
-def test_an_mtp_step_has_no_token_rate():
-    parts = StepParts(weight_bytes=1e9, kernel_ms_h200=1.0, handoff_bytes=0, handoffs=0, tokens=0)
-    got = projection.project(parts, projection.CARDS["A100-80GB"], 4800.0)
-    assert got["tok_s"] is None and got["tok_s_unscaled"] is None and got["step_ms"] > 0
-
-
-def test_experts_touched():
-    assert projection.experts_touched(256, 8, 1) == pytest.approx(8.0)
-    assert projection.experts_touched(4, 2, 2) == pytest.approx(3.0)  # 4 x (1 - (1/2)^2)
-
-
-def _tiny():
-    return pp_plan.shape_from_config(
-        {
-            "num_hidden_layers": 2,
-            "hidden_size": 64,
-            "vocab_size": 128,
-            "num_attention_heads": 2,
-            "q_lora_rank": 32,
-            "kv_lora_rank": 16,
-            "qk_nope_head_dim": 8,
-            "qk_rope_head_dim": 8,
-            "v_head_dim": 8,
-            "intermediate_size": 32,
-            "moe_intermediate_size": 16,
-            "n_routed_experts": 4,
-            "num_experts_per_tok": 2,
-            "n_shared_experts": 1,
-            "first_k_dense_replace": 1,
-            "max_position_embeddings": 64,
-        }
-    )
-
-
-def test_weight_bytes_read_by_hand_on_a_tiny_config():
-    shape = _tiny()
-    # bf16 attention: fused_qkv_a (32+16+8)x64 x2 = 7168, q_b (2x16)x32 x2 = 2048, q_a_norm 64, kv_b 2x16x16 x2 =
-    # 1024, kv_a_norm 32, o_proj 64x16 x2 = 2048: 12,384; the two norms 2x64 x2 = 256
-    attention, norms = 12_384, 256
-    dense = 2 * 32 * 64 * 2 + 64 * 32 * 2  # gate_up + down = 12,288
-    assert projection.layer_read_bytes(shape, 0, rows=1, bits=16) == attention + norms + dense
-    router, shared = 4 * 64 * 2, 2 * 16 * 64 * 2 + 64 * 16 * 2  # 512, 6,144
-    expert = 6_144  # same width as the one shared expert
-    # one row touches 2 of the 4 experts; two rows 3 on average
-    assert projection.layer_read_bytes(shape, 1, rows=1, bits=16) == attention + norms + router + shared + 2 * expert
-    assert projection.layer_read_bytes(shape, 1, rows=2, bits=16) == attention + norms + router + shared + 3 * expert
+FAST, SLOW = ENDS
+INDEXER = "GLM-5 / DSv3.2 indexer 32h ctx 8192 B"
+MLA = "GLM-5 TP1 64h top-k 2048 rows"
 
 
 def _rows(indexer_ms=0.1, mla_ms=0.2, next_n=1, mla_rows=1):
     return [
-        {"kernel": "indexer paged logits", "shape": f"GLM-5 / DSv3.2 indexer 32h ctx 8192 B 1 next_n {next_n}",
-         "ms": indexer_ms},
-        {"kernel": "sparse MLA decode", "shape": f"GLM-5 TP1 64h top-k 2048 rows {mla_rows}", "ms": mla_ms},
+        {"kernel": "indexer paged logits", "shape": f"{INDEXER} 1 next_n {next_n}", "ms": indexer_ms},
+        {"kernel": "sparse MLA decode", "shape": f"{MLA} {mla_rows}", "ms": mla_ms},
+    ]
+
+
+def _mtp_rows():
+    """Rows 1 and 16 for both kernels, plus 8-head and 16-head sparse-MLA rows: MTP 1 and every layout can run."""
+    return [
+        *_rows(),
+        {"kernel": "indexer paged logits", "shape": f"{INDEXER} 8 next_n 2", "ms": 0.25},
+        {"kernel": "sparse MLA decode", "shape": f"{MLA} 8", "ms": 0.34},
+        *({"kernel": "sparse MLA decode", "shape": f"{label} {h}h top-k 2048 rows {n}", "ms": ms}
+          for label, h in (("GLM-5 TP8", 8), ("DSv3.2 TP8", 16)) for n, ms in ((1, 0.05), (8, 0.12))),
     ]  # fmt: skip
 
 
-def test_glm5_step_sums_21_indexer_layers_78_mla_layers_and_7_handoffs():
-    parts = projection.step_parts(projection.glm5_shape(), Scenario(1, 0, 8192), _rows(), "t.json")
-    assert parts.kernel_ms_h200 == pytest.approx(21 * 0.1 + 78 * 0.2)
-    # every later stage of the default split 9,10,10,10,10,10,10,9 starts on a shared layer: all 7 relay the top-k
-    assert parts.handoffs == 7
-    assert parts.handoff_bytes == 7 * (2 * 6144 * 2) + 7 * 2048 * 4
-    assert parts.tokens == 1
+# --- the kernel table -------------------------------------------------------------------------------------------
+
+
+def test_a_measured_shape_is_read_and_a_missing_one_interpolated_in_rows():
+    t = KernelTable(_mtp_rows(), "t.json")
+    assert t.indexer_ms(8192, 1, 1) == 0.1 and t.mla_ms(64, 8) == 0.34
+    # B 1 next_n 2 = 2 rows, between 1 row (0.1) and B 8 next_n 2 = 16 rows (0.25): 0.1 + 0.15 x 1/15
+    assert t.indexer_ms(8192, 1, 2) == pytest.approx(0.11)
+    # 2 rows between 1 (0.2) and 8 (0.34): 0.2 + 0.14 / 7
+    assert t.mla_ms(64, 2) == pytest.approx(0.22)
+    # GLM-5 at TP4 holds 16 heads a rank: DeepSeek-V3.2's TP8 rows (the same 576-wide latent)
+    assert t.mla_ms(16, 8) == 0.12
+
+
+def test_shapes_at_one_row_count_give_their_mean():
+    rows = [*_rows(), *({"kernel": "indexer paged logits", "shape": f"{INDEXER} {b} next_n {n}", "ms": ms}
+                        for b, n, ms in ((32, 2, 0.3), (64, 1, 0.5)))]  # fmt: skip
+    # 64 rows twice (B 32 x 2, B 64 x 1): 0.4; 8 rows between 1 (0.1) and 64 (0.4)
+    assert KernelTable(rows, "t").indexer_ms(8192, 8, 1) == pytest.approx(0.1 + 0.3 * 7 / 63)
 
 
 @pytest.mark.parametrize(
-    "rows, needle",
+    "rows, call, needle",
     [
-        ([], "has no row 'indexer paged logits'"),
-        (_rows()[:1], "has no row 'sparse MLA decode'"),
-        (_rows() + _rows()[:1], "has 2 rows 'indexer paged logits'"),
-        ([{**_rows()[0], "ms": None, "status": "not available: boom"}, _rows()[1]], "not available: boom"),
+        ([], lambda t: t.indexer_ms(8192, 1, 1), "has no row 'indexer paged logits'"),
+        (_rows()[:1], lambda t: t.mla_ms(64, 1), "has no row 'sparse MLA decode'"),
+        (_rows() + _rows()[:1], lambda t: t.indexer_ms(8192, 1, 1), "has 2 rows 'indexer paged logits'"),
+        ([{**_rows()[0], "ms": None, "status": "not available: boom"}], lambda t: t.indexer_ms(8192, 1, 1),
+         "not available: boom"),
+        (_rows(), lambda t: t.indexer_ms(8192, 1, 4), "no measured shapes of"),
+        (_mtp_rows(), lambda t: t.mla_ms(64, 128), "on both sides of 128 query rows"),
+        (_rows(), lambda t: t.mla_ms(32, 1), "no sparse-MLA rows at 32 heads"),
     ],
-)
-def test_missing_repeated_or_unavailable_rows_are_refused(rows, needle):
+)  # fmt: skip
+def test_missing_repeated_or_unavailable_rows_are_refused(rows, call, needle):
     with pytest.raises(ProjectionError, match=needle.replace("(", r"\(")):
-        projection.projection({"peak_gbs": 4800.0, "rows": rows}, "t.json", [Scenario(1, 0, 8192)], ["A100-80GB"])
+        call(KernelTable(rows, "t.json"))
 
 
-def test_unknown_card_and_non_results_are_refused():
+# --- a layer on a card --------------------------------------------------------------------------------------------
+
+
+def _clock(end, card="A100-SXM4-80GB", tp=1, batch=1):
+    c = cards.card(card)
+    shape = projection.glm5_shape()
+    table = KernelTable(_mtp_rows(), "t.json")
+    return KernelClock(shape, c, end, c.link.with_latency(end.latency_us), table, 4800.0, 8192, batch, tp)
+
+
+def test_the_dsa_kernels_run_on_21_indexer_layers_and_78_mla_layers_scaled_at_the_slow_end():
+    fast = sum(_clock(FAST).parts(x, 1)[1] for x in range(78))
+    assert fast == pytest.approx(21 * 0.1 + 78 * 0.2)
+    slow = sum(_clock(SLOW).parts(x, 1)[1] for x in range(78))
+    assert slow == pytest.approx(fast * 4800 / 2039)
+
+
+def test_weights_are_read_at_the_cards_peak_or_at_75_percent_of_it():
+    w_fast, w_slow = _clock(FAST).parts(40, 1)[0], _clock(SLOW).parts(40, 1)[0]
+    assert w_fast == pytest.approx(step.layer_read_bytes(projection.glm5_shape(), 40, 1, projection.WEIGHTS) / 2039e6)
+    assert w_slow == pytest.approx(w_fast / 0.75)
+
+
+def test_tensor_parallelism_pays_two_all_reduces_a_layer_over_the_cards_link():
+    clock = _clock(FAST, card="CMP-170HX", tp=8)
+    # a ring over 8 on PCIe 1.1 x4 at 85%: 15 us + 2 x 7/8 x 12,288 B / 0.85e9 B/s, twice a layer
+    one = 0.015 + 2 * 7 / 8 * 12288 / 0.85e9 * 1e3
+    assert clock.parts(5, 1)[2] == pytest.approx(2 * one)
+    assert _clock(FAST).parts(5, 1)[2] == 0.0  # PP: no collectives inside a stage
+
+
+def test_the_step_is_its_parts_and_the_pp8_hand_offs_relay_the_top_k_at_all_seven_boundaries():
+    doc = {"peak_gbs": 4800.0, "rows": _mtp_rows()}
+    got = projection.projection(doc, "t.json", [Scenario("PP8", "CMP-170HX", 8192)])
+    for end in ("fast", "slow"):
+        r = got["rows"][0][end]
+        assert r["step_ms"] == pytest.approx(r["weights_ms"] + r["dsa_ms"] + r["links_ms"], abs=1e-3)
+        latency = {"fast": 15.0, "slow": 50.0}[end]
+        hand_off = links.pcie("pcie1x4", latency).transfer_ms(2 * 6144 * 2 + 2048 * 4)
+        assert r["links_ms"] == pytest.approx(7 * hand_off, abs=1e-3)
+        assert r["tok_s"] == pytest.approx(1000 / r["step_ms"], rel=1e-3)
+        assert r["mtp_tok_s"] == pytest.approx(1.7 * 1000 / r["mtp_step_ms"], rel=1e-3)
+
+
+def test_without_mtp_rows_the_plain_step_still_projects():
+    doc = {"peak_gbs": 4800.0, "rows": _rows()}
+    got = projection.projection(doc, "t.json", [Scenario("PP8", "A100-PCIe-80GB", 8192)], mtp=0)
+    assert got["rows"][0]["fast"]["tok_s"] > 0 and "speedup" not in got["rows"][0]["fast"]
+    with pytest.raises(ProjectionError, match="'GLM-5 TP1 64h top-k 2048 rows 2'"):
+        projection.projection(doc, "t.json", [Scenario("PP8", "A100-PCIe-80GB", 8192)], mtp=1)
+
+
+def test_unknown_cards_layouts_and_non_results_are_refused():
     doc = {"peak_gbs": 4800.0, "rows": _rows()}
     with pytest.raises(ProjectionError, match="unknown card RTX-3090"):
-        projection.projection(doc, "t.json", [Scenario(1, 0, 8192)], ["RTX-3090"])
+        projection.projection(doc, "t.json", [Scenario("PP8", "RTX-3090", 8192)], mtp=0)
+    with pytest.raises(ProjectionError, match="unknown layout PP4"):
+        projection.projection(doc, "t.json", [Scenario("PP4", "CMP-170HX", 8192)], mtp=0)
     with pytest.raises(ProjectionError, match="no 'rows' list"):
-        projection.projection({"peak_gbs": 4800.0}, "t.json", [Scenario(1, 0, 8192)], ["A100-80GB"])
+        projection.projection({"peak_gbs": 4800.0}, "t.json", [Scenario("PP8", "CMP-170HX", 8192)])
     with pytest.raises(ProjectionError, match="no positive 'peak_gbs'"):
-        projection.projection({"rows": _rows()}, "t.json", [Scenario(1, 0, 8192)], ["A100-80GB"])
+        projection.projection({"rows": _rows()}, "t.json", [Scenario("PP8", "CMP-170HX", 8192)])
 
 
 def test_the_command_refuses_with_status_2_and_writes_nothing(tmp_path, capsys):
     kernels = tmp_path / "k.json"
     kernels.write_text(json.dumps({"peak_gbs": 4800.0, "rows": _rows()}))
     out = tmp_path / "p.json"
-    assert projection.main(["--kernels", str(kernels), "--mtp", "3", "--context", "8192", "--out", str(out)]) == 2
-    assert "next_n 4" in capsys.readouterr().err
+    assert projection.main(["--kernels", str(kernels), "--mtp", "3", "--layout", "PP8", "--out", str(out)]) == 2
+    assert "'GLM-5 TP1 64h top-k 2048 rows 4'" in capsys.readouterr().err  # MTP 3 verifies 4 rows
     assert not out.exists()
     assert projection.main(["--kernels", str(kernels), "--card", "H100", "--mtp", "0", "--out", str(out)]) == 2
     assert not out.exists()
 
 
-def test_the_table_labels_every_row_a_projection_and_shows_the_peers(tmp_path, capsys):
+def test_the_table_labels_every_row_a_projection_and_places_the_peers(tmp_path, capsys):
     kernels = tmp_path / "k.json"
-    kernels.write_text(json.dumps({"peak_gbs": 4800.0, "rows": _rows()}))
+    kernels.write_text(json.dumps({"peak_gbs": 4800.0, "rows": _mtp_rows()}))
     out = tmp_path / "p.json"
-    assert (
-        projection.main(["--kernels", str(kernels), "--mtp", "0", "--context", "8192", "--out", str(out), "--table"])
-        == 0
-    )
+    assert projection.main(["--kernels", str(kernels), "--out", str(out), "--table"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("**PROJECTION")
-    rows = [line for line in text.splitlines() if line.startswith(("| A100", "| CMP"))]
-    assert len(rows) == 2 and all("(projected)" in r for r in rows)
-    assert "28.47" in text and "66-88" in text and "Uncertain figures:" in text
+    rows = [line for line in text.splitlines() if line.startswith(("| PP8", "| TP8", "| TP4PP2"))]
+    assert len(rows) == 12 and all("(projected)" in r for r in rows)
+    assert "28.47" in text and "66-88" in text and "vllm#44697" in text and "Uncertain figures:" in text
     doc = json.loads(out.read_text())
-    assert doc["label"].startswith("PROJECTION") and [r["card"] for r in doc["rows"]] == ["A100-80GB", "CMP-170HX"]
+    assert doc["label"].startswith("PROJECTION") and len(doc["rows"]) == 12
+    assert {p["falls"] for p in doc["peers"]} <= {"inside", "above", "below", None}
 
 
-def test_from_the_recorded_h200_run_the_kernels_scale_by_the_bandwidth_ratio():
-    doc = json.loads(SM80.read_text())
-    got = projection.projection(doc, str(SM80), [Scenario(1, 0, c) for c in (8192, 131072)], list(projection.CARDS))
-    for r in got["rows"]:
-        ratio = 4800.0 / projection.CARDS[r["card"]].hbm_gbs
-        assert r["kernels_ms"] == pytest.approx(r["kernels_ms_unscaled"] * ratio, abs=2e-3)
-        assert r["step_ms"] == pytest.approx(r["kernels_ms"] + r["weights_ms"] + r["handoff_ms"], abs=2e-3)
+def test_the_recorded_run_is_the_table_docs_benchmarks_shows(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the table names the kernel file as the command line does
+    assert projection.main(["--kernels", str(SM80.relative_to(ROOT)), "--table"]) == 0
+    got = capsys.readouterr().out
+    assert got in (ROOT / "docs" / "benchmarks.md").read_text()
+    doc = projection.projection(
+        json.loads(SM80.read_text()),
+        str(SM80),
+        [Scenario(layout, card, 8192) for layout in projection.LAYOUTS for card in projection.DEFAULT_CARDS],
+    )
+    falls = {p["tok_s"]: p["falls"] for p in doc["peers"] if p["falls"]}
+    assert falls == {93.0: "above", 46.8: "inside", 28.47: "inside", 30.2: "inside", 39.0: "inside"}

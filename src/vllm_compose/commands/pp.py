@@ -1,4 +1,5 @@
-"""`pp-plan`: a pipeline-parallel layer partition for a DSA model (docs/pp-plan.md), its options and its handler."""
+"""`pp-plan`: a pipeline-parallel layer partition for a DSA model, and whether MTP pays on a link, its options and
+its handler (docs/user-guide.md, "Choose the layer partition: `vllm-compose pp-plan`")."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import ExitCode
+from ..pp.card import CARDS
 from .shared import options
 
 
@@ -49,13 +51,40 @@ def add_parsers(sub) -> None:
         metavar="PCT",
         help="KV tokens a partition may give up to start more stages on full layers (default 5)",
     )
+    link = pl.add_argument_group(
+        "MTP on a link",
+        "with --link, --link-gbps or --card: does MTP (--mtp K) pay on the plan's partition, given the hand-offs' "
+        "bytes over the link, the draft round's cost and the acceptance",
+    )
+    way = link.add_mutually_exclusive_group()
+    way.add_argument("--link", metavar="pcieGxW", help="the link between two stages: pcie1x4 ... pcie5x16")
+    way.add_argument("--link-gbps", type=float, metavar="GBPS", help="a measured payload bandwidth one way, GB/s")
+    link.add_argument(
+        "--link-latency-us", type=float, metavar="US", help="fixed cost of one transfer (default 15, an assumption)"
+    )
+    link.add_argument(
+        "--card", metavar="NAME", help=f"a known GPU ({', '.join(CARDS)}): its link, and its peak HBM bandwidth for "
+        "the layers' time",
+    )  # fmt: skip
+    link.add_argument(
+        "--layer-ms", type=float, metavar="MS", help="one decoder layer's measured time in a decode step at --batch"
+    )
+    link.add_argument(
+        "--draft-round-ms",
+        type=float,
+        metavar="MS",
+        help="the draft round's fixed cost (default: one transfer's latency per earlier stage)",
+    )
+    link.add_argument("--mtp-acceptance", type=float, metavar="A", help="a draft's acceptance, 0 to 1 (default 0.7)")
+    link.add_argument("--batch", type=int, metavar="N", help="requests in a decode step (default 1)")
     pl.set_defaults(handler=pp_plan)
 
 
 def pp_plan(args) -> int:
 
     from ..pp import plan as pp_plan
-    from ..pp.report import render_plan
+    from ..pp import step
+    from ..pp.report import render_link, render_plan
     from ..report import write_json
 
     settings = pp_plan.Settings(
@@ -74,10 +103,28 @@ def pp_plan(args) -> int:
         tolerance=args.tolerance / 100,
     )
     result = pp_plan.plan(pp_plan.read_config(args.config), settings)
+    link_options = (args.card, args.link, args.link_gbps, args.link_latency_us, args.layer_ms, args.draft_round_ms,
+                    args.mtp_acceptance, args.batch)  # fmt: skip
+    on_link = None
+    if any(value is not None for value in link_options):
+        on_link = step.for_plan(
+            result,
+            card=args.card,
+            link=args.link,
+            link_gbps=args.link_gbps,
+            latency_us=args.link_latency_us,
+            layer_ms=args.layer_ms,
+            draft_round_ms=args.draft_round_ms,
+            acceptance=args.mtp_acceptance,
+            batch=args.batch,
+        )
+    doc = result.to_json() | ({"mtp_on_link": on_link.to_json()} if on_link else {})
     if args.json is not None and str(args.json) == "-":
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps(doc, indent=2))
         return ExitCode.OK
     print(render_plan(result), end="")
+    if on_link:
+        print("\n" + render_link(on_link), end="")
     if args.json:
-        write_json(args.json, result.to_json())
+        write_json(args.json, doc)
     return ExitCode.OK

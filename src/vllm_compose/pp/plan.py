@@ -55,6 +55,11 @@ MIB = 1024**2
 VOCAB_PADDING = 64
 #: bytes per element of the unquantized tensors (the model dtype; GLM-5.x and DeepSeek-V3.2 serve in bf16)
 BF16 = 2
+#: bytes per index of `topk_indices_buffer` (int32): what the buffer holds and what the relay sends a row
+TOPK_INDEX_BYTES = 4
+#: what stock vLLM's `IntermediateTensors` carries from one stage to the next for these models (bf16, `hidden`
+#: wide a row each); the top-k relay adds its own key beside them
+INTERMEDIATE_KEYS = ("hidden_states", "residual")
 #: the indexer K cache stores 128 fp8 bytes and one fp32 scale per 128 elements per token (`Indexer.k_cache`)
 INDEXER_QUANT_BLOCK = 128
 #: the profile run reserves the indexer's prefill K-gather workspace for `40 * max_model_len` tokens
@@ -386,6 +391,9 @@ class LayerWeights:
     indexer: int  # 0 on shared layers
     mlp: int  # dense MLP, or routed + shared experts + gate
     norms: int  # input_layernorm + post_attention_layernorm
+    #: of `attention`, what tensor parallelism keeps whole on every rank: the down-projection (`fused_qkv_a_proj`
+    #: or `kv_a_proj_with_mqa`, built with TP disabled) and the latent RMSNorms (the step model's TP reads)
+    attention_replicated: int = 0
 
     @property
     def total(self) -> int:
@@ -402,10 +410,12 @@ def layer_weights(shape: ModelShape, layer: int, bits: int, group_size: int) -> 
 
     qk_head = shape.qk_nope + shape.qk_rope
     if shape.q_lora is not None:
-        attention = q(shape.q_lora + shape.kv_lora + shape.qk_rope, h)  # fused_qkv_a_proj
-        attention += q(heads * qk_head, shape.q_lora) + shape.q_lora * BF16  # q_b_proj, q_a_layernorm
+        down = q(shape.q_lora + shape.kv_lora + shape.qk_rope, h) + shape.q_lora * BF16  # fused_qkv_a, q_a_layernorm
+        attention = down + q(heads * qk_head, shape.q_lora)  # q_b_proj
     else:
-        attention = q(shape.kv_lora + shape.qk_rope, h) + q(heads * qk_head, h)  # kv_a_proj_with_mqa, q_proj
+        down = q(shape.kv_lora + shape.qk_rope, h)  # kv_a_proj_with_mqa
+        attention = down + q(heads * qk_head, h)  # q_proj
+    down += shape.kv_lora * BF16  # kv_a_layernorm
     kv_b_elems = heads * (shape.qk_nope + shape.v_head) * shape.kv_lora
     attention += q(heads * (shape.qk_nope + shape.v_head), shape.kv_lora) + shape.kv_lora * BF16  # kv_b, kv_a_norm
     attention += q(h, heads * shape.v_head)  # o_proj
@@ -425,7 +435,7 @@ def layer_weights(shape: ModelShape, layer: int, bits: int, group_size: int) -> 
         mlp += q(2 * shared, h) + q(h, shared) if shared else 0
     else:
         mlp = q(2 * shape.intermediate, h) + q(h, shape.intermediate)
-    return LayerWeights(attention, absorbed, indexer, mlp, 2 * h * BF16)
+    return LayerWeights(attention, absorbed, indexer, mlp, 2 * h * BF16, down)
 
 
 def kv_bytes_per_token(shape: ModelShape, full: bool, kv_cache_dtype: str) -> int:
@@ -559,7 +569,7 @@ def _mtp_share(shape: ModelShape, settings: Settings) -> MtpShare:
         weights += layer_weights(shape, shape.num_layers + i, bits, settings.group_size).total
         weights += 2 * h * h * BF16 + 3 * h * BF16  # eh_proj (plain nn.Linear, unquantized), enorm, hnorm, head norm
         if shape.is_dsa:
-            weights += settings.max_num_batched_tokens * shape.index_topk * 4  # its own topk_indices_buffer
+            weights += settings.max_num_batched_tokens * shape.index_topk * TOPK_INDEX_BYTES  # its own top-k buffer
         kv += kv_bytes_per_token(shape, True, settings.kv_cache_dtype)
     pp1 = settings.pp == 1
     # the draft loads its own embedding and one shared_head.head per MTP layer; load_eagle_model then points the
@@ -585,7 +595,7 @@ def stage(shape: ModelShape, settings: Settings, index: int, start: int, end: in
     has_indexer = shape.is_dsa and (any(computes_topk(shape, x) for x in range(start, end)) or mtp is not None)
     buffers = 0
     if shape.is_dsa:
-        buffers += settings.max_num_batched_tokens * shape.index_topk * 4  # topk_indices_buffer (int32)
+        buffers += settings.max_num_batched_tokens * shape.index_topk * TOPK_INDEX_BYTES  # topk_indices_buffer
     buffers += shape.rope_rows * shape.qk_rope * BF16 * (2 if has_indexer else 1)  # MLA and indexer rope caches
     full = [computes_topk(shape, x) for x in range(start, end)]
     per_token = sum(kv_bytes_per_token(shape, f, settings.kv_cache_dtype) for f in full)

@@ -1,10 +1,12 @@
 """A pipeline-parallel plan (`plan.Plan`) as a person reads it: the partition, each stage's layers, bytes and KV
-tokens, which stages start on a shared layer, and the all-full alternative with its cost (`vllm-compose pp-plan`).
+tokens, which stages start on a shared layer, and the all-full alternative with its cost (`vllm-compose pp-plan`);
+and, with a link, whether MTP pays on it (`step.MtpEstimate`, `render_link`).
 """
 
 from __future__ import annotations
 
 from .plan import GIB, Partition, Plan, Stage
+from .step import MtpEstimate
 
 
 def _layers(stage_: Stage) -> str:
@@ -144,5 +146,74 @@ def render_plan(p: Plan) -> str:
         f"batched tokens, the sampler): a floor, measured 4.5-4.9 GB low at 8,192 batched tokens on an H200 (lab/notebook/validation.md), so keep 5 GB of slack on the tightest stage; non-torch {_gib(st.non_torch_bytes)} GiB assumed. Quantized: "
         "attention projections, indexer wq_b, MLPs and experts; bf16: embeddings, LM head, norms, router gate, "
         "indexer wk, MTP eh_proj.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _kib(n: float) -> str:
+    return f"{n / 1024:,.1f}"
+
+
+def render_link(e: MtpEstimate) -> str:
+    """Whether MTP pays on the link: per stage the compute and the hand-off into it, the step's parts with and
+    without MTP, tok/s, the speed-up, the break-even acceptance and a one-line verdict."""
+    k, p, m = e.k, e.plain, e.mtp
+    mtp = f"MTP {k}"
+    start = 0
+    lines = [
+        f"{mtp} on this link: {e.link.describe()}",
+        f"compute: {e.clock}",
+        f"batch {e.batch} (a step: {p.rows} row{'s' if p.rows > 1 else ''} without MTP, {m.rows} with {mtp}), "
+        f"partition {','.join(map(str, e.sizes))}, acceptance {e.acceptance:.2f} a draft",
+        "",
+        f"{'stage':>5}  {'layers':>7}  {'compute ms':>15}  {'hand-off in':>11}  {'KiB':>17}  {'ms':>15}",
+        f"{'':>5}  {'':>7}  {'no MTP / ' + mtp:>15}  {'':>11}  {'no MTP / ' + mtp:>17}  {'no MTP / ' + mtp:>15}",
+    ]
+    into = {b.into: i for i, b in enumerate(e.boundaries)}
+    for s, n in enumerate(e.sizes):
+        layers = f"{start}-{start + n - 1}" if n > 1 else str(start)
+        start += n
+        row = f"{s + 1:>5}  {layers:>7}  {f'{p.stage_ms[s]:.2f} / {m.stage_ms[s]:.2f}':>15}"
+        if s in into:
+            i = into[s]
+            what = "h+r, top-k" if e.boundaries[i].relays_topk else "h+r"
+            sent = f"{_kib(p.handoff_bytes[i])} / {_kib(m.handoff_bytes[i])}"
+            ms = f"{p.handoff_ms[i]:.3f} / {m.handoff_ms[i]:.3f}"
+            row += f"  {what:>11}  {sent:>17}  {ms:>15}"
+        lines.append(row)
+    draft = sum(m.draft_ms)
+    steps = f"{k} draft step{'s' if k > 1 else ''}"
+    fixed = "measured" if e.round_measured else "assumed: the accepted counts' broadcast to the earlier stages"
+    lines += [
+        "(the last stage's compute includes the final norm and the LM head; h+r = hidden states and residual, top-k "
+        "= the relayed indices: the stage starts on a layer that reuses the top-k)",
+        "",
+        f"{'':<16}  {'no MTP':>9}  {mtp:>9}",
+        f"{'compute ms':<16}  {p.compute_ms:>9.2f}  {m.compute_ms:>9.2f}",
+        f"{'hand-offs ms':<16}  {p.link_ms:>9.3f}  {m.link_ms:>9.3f}",
+        f"{'draft round ms':<16}  {'-':>9}  {draft + m.round_ms:>9.2f}   ({steps} {draft:.2f} + fixed {m.round_ms:.2f}, "
+        f"{fixed})",
+        f"{'step ms':<16}  {p.total_ms:>9.2f}  {m.total_ms:>9.2f}",
+        f"{'tokens a step':<16}  {1:>9.2f}  {e.tokens_per_step:>9.2f}   (a request: "
+        f"{' + '.join(['1'] + [f'{e.acceptance:.2f}' + (f'^{i}' if i > 1 else '') for i in range(1, k + 1)])}, "
+        "drafts accepted independently)",
+        f"{'tok/s':<16}  {e.tok_s_plain:>9.1f}  {e.tok_s_mtp:>9.1f}",
+        "",
+    ]
+    even = e.break_even
+    if even is None:
+        where = f"no acceptance makes {mtp} pay here (the step costs more than {k + 1}x the plain one)"
+    elif even == 0:
+        where = f"{mtp} pays here at any acceptance"
+    else:
+        where = f"{mtp} pays above acceptance {even:.2f}"
+    budget = (
+        f"at {e.acceptance:.2f} the draft round's fixed cost may reach {e.max_round_ms:.2f} ms before it stops paying"
+        if e.max_round_ms > 0
+        else f"at {e.acceptance:.2f} it does not pay even with a free draft round"
+    )
+    lines += [
+        f"speed-up {e.speedup:.2f}x; {where}; {budget}",
+        e.verdict(),
     ]
     return "\n".join(lines) + "\n"

@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from ..ampere.dsa_path import dsa_model_classes
 from ..ampere.release_source import DsaPathError, absolute_module, module_path, release_source
 from ..trees import FileTree
+from .plan import INTERMEDIATE_KEYS
 
 #: where the V2 runner shares the target's top-k buffer with the MTP drafter
 DRAFTER_SETUP = "vllm/v1/worker/gpu/spec_decode/eagle/utils.py"
-HIDDEN_KEYS = frozenset({"hidden_states", "residual"})
+HIDDEN_KEYS = frozenset(INTERMEDIATE_KEYS)
 
 
 @dataclass(frozen=True)
