@@ -185,11 +185,13 @@ class FakeLLM:
     """`vllm.LLM` as `step_timing` and `recall_e2e.run` reach it: `llm_engine.engine_core.engine_core.scheduler`,
     `collective_rpc`, `llm_engine.vllm_config`; `fake_generate` runs the engine loop."""
 
-    def __init__(self, spec, k: int, budget: int = 512, batch: int = 8, one_off_ms: float = 0.0) -> None:
+    def __init__(
+        self, spec, k: int, budget: int = 512, batch: int = 8, one_off_ms: float = 0.0, gpu: FakeGpu | None = None
+    ) -> None:
         self.spec, self.k = spec, k
         #: GPU ms the first generation of more than one request pays once (a kernel compiled for a new shape)
         self.one_off_ms = one_off_ms
-        self.gpu = FakeGpu()
+        self.gpu = gpu or FakeGpu()
         self.scheduler = FakeScheduler(budget, k)
         self.runner = FakeRunner(self.scheduler, spec, k, self.gpu)
         core = SimpleNamespace(scheduler=self.scheduler)
