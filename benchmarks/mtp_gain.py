@@ -22,6 +22,10 @@ share); per emitted token,
     MTP k: s_k / tau_k = (verify + sample + draft + idle) / tau_k,
     rejection = s_k / tau_k - s_k / (1 + k)         what the rejected verify rows cost per token
 
+The offsets in seconds (each engine's t(N) - t(1) less its decode window, for the instrumented pair and for the cold
+one) are good to about the host's time to launch a step: with async scheduling, the last prefill step's output of
+t(N) is taken after the next step was launched.
+
 The acceptance is checked too: tau_k - 1 (from the step records) against the engine's own spec-decode counters
 (accepted tokens / drafts: the accepted tokens a step gets), and against the recall model's design for the same
 prompts (`recall_model.predict_drafts`), within 5%.
@@ -72,6 +76,11 @@ class EngineFigures:
     #: accepted tokens per draft step from the engine's counters (MTP k), and the design's for the same prompts
     counters_accepted_per_step: float | None
     designed_accepted_per_step: float | None
+    #: the cold pair (the first generation of the batch): t(1) over the warm pairs' median t(1), its t(N) - t(1)
+    #: less its own decode window (s), and the Triton specializations its t(1) compiled; None without a cold pair
+    cold_extra_t_one_s: float | None = None
+    cold_window_offset_s: float | None = None
+    cold_triton_jit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,8 +109,9 @@ class MtpGain:
     #: tokens per step from the steps against 1 + the counters' and the design's accepted tokens per step
     acceptance: dict[str, float | None]
     acceptance_agrees: bool
-    #: each engine's headline t(N) - t(1) less its step-measured decode window, s
-    window_offset_s: dict[str, float]
+    #: the instrumented pair's t(N) - t(1) less its step-measured decode window, per engine, s (and the cold pair's,
+    #: when the row has one: negative is time its t(1) held beyond the prefill that t(N) also holds)
+    window_offset_s: dict[str, float | None]
     mtp0: EngineFigures
     mtpk: EngineFigures
 
@@ -145,6 +155,14 @@ def _figures(row: dict) -> EngineFigures:
 
     drafts, accepted = pick("spec_decode_num_drafts"), pick("spec_decode_num_accepted_tokens")
     designed = row.get("designed") or {}
+    cold = row.get("cold") or {}
+    summaries = row.get("step_summaries") or {}
+    cold_one, cold_all = summaries.get("cold/one") or {}, summaries.get("cold/all") or {}
+    extra = offset = None
+    if cold.get("t_one_s") is not None and row.get("headline") == "median of the warm pairs":
+        extra = round(cold["t_one_s"] - float(row["t_one_s"]), 4)
+    if cold.get("t_all_s") is not None and cold_all.get("window_s") is not None:
+        offset = round(cold["t_all_s"] - cold["t_one_s"] - cold_all["window_s"], 4)
     return EngineFigures(
         mtp=k,
         rate=float(row["per_request_tok_s"]),
@@ -160,6 +178,9 @@ def _figures(row: dict) -> EngineFigures:
         straggler=steps.get("straggler"),
         counters_accepted_per_step=(accepted / drafts) if k and drafts else None,
         designed_accepted_per_step=designed.get("accepted_per_step"),
+        cold_extra_t_one_s=extra,
+        cold_window_offset_s=offset,
+        cold_triton_jit=cold_one.get("triton_jit"),
     )
 
 
@@ -231,6 +252,8 @@ def explain_pair(row0: dict, rowk: dict) -> MtpGain:
         window_offset_s={
             "mtp0": round(f0.pair_difference_s - f0.window_s, 4),
             "mtpk": round(fk.pair_difference_s - fk.window_s, 4),
+            "mtp0_cold": f0.cold_window_offset_s,
+            "mtpk_cold": fk.cold_window_offset_s,
         },
         mtp0=f0,
         mtpk=fk,
@@ -286,6 +309,14 @@ def render(gains: list[MtpGain]) -> str:
             f"| {g.window_offset_s['mtp0']:+.3f}, {g.window_offset_s['mtpk']:+.3f} |"
         )
     lines.append("")
+    for g in gains:
+        lines.append(
+            f"- the cold pair, MTP 0 / MTP {g.k}: t(1) {opt(g.mtp0.cold_extra_t_one_s, '{:+.3f}')} / "
+            f"{opt(g.mtpk.cold_extra_t_one_s, '{:+.3f}')} s against the warm median, t(N)-t(1) less its window "
+            f"{opt(g.window_offset_s['mtp0_cold'], '{:+.3f}')} / {opt(g.window_offset_s['mtpk_cold'], '{:+.3f}')} s, "
+            f"Triton specializations in its t(1) {opt(g.mtp0.cold_triton_jit, '{}')} / "
+            f"{opt(g.mtpk.cold_triton_jit, '{}')}"
+        )
     for g in gains:
         verdict = "explained" if g.explained else "NOT explained"
         lines.append(

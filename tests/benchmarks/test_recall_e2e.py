@@ -143,8 +143,15 @@ def test_explain_of_two_runs_finds_the_speed_up_in_the_steps(fake_vllm, tmp_path
     assert main(["explain", *files, "--json", str(tmp_path / "x.json")]) == 0
     (g,) = json.loads((tmp_path / "x.json").read_text())
     assert abs(g["gap"]) < 0.01 and g["explained"] and g["acceptance_agrees"]
-    # the cold pairs (the first rows' protocol) carry the one-off cost: their ratio is off the steps'
+    # the cold pairs (the first rows' protocol) carry the one-off cost: their ratio is off the steps', their t(1) is
+    # 0.1 s longer than the warm ones' and their t(N) - t(1) 0.1 s shorter than their decode window
     assert g["measured_cold"] > g["measured"] * 1.05
+    for engine in ("mtp0", "mtpk"):
+        assert g[engine]["cold_extra_t_one_s"] == pytest.approx(ONE_OFF_MS / 1e3)
+        # (to a step: in t(N) the last prefill step's output is taken after the next step was launched; the stand-in
+        # runs a step when it is launched, so that is a whole step here, the host's launch time on a GPU)
+        assert g["window_offset_s"][f"{engine}_cold"] == pytest.approx(-ONE_OFF_MS / 1e3, abs=0.015)
+        assert g[engine]["cold_triton_jit"] == 0
     assert "MTP 1: explained" in capsys.readouterr().out
 
 

@@ -176,3 +176,15 @@ def test_engine_facts_read_the_config_or_say_why_not(fake_run):
     facts = st.engine_facts(fake_run.llm)
     assert facts["async_scheduling"] is True and facts["speculative"] == {"method": "mtp", "k": 1}
     assert "error" in st.engine_facts(types.SimpleNamespace())
+
+
+def test_a_worker_that_cannot_be_hooked_leaves_the_scheduler_records(fake_triton):
+    llm = fe.FakeLLM(tiny_spec(), k=0, batch=1)
+
+    def broken(fn):
+        raise RuntimeError("no workers here")
+
+    llm.collective_rpc = broken
+    hooked = st.install(llm, spans=fe.FakeSpans(llm.gpu))
+    assert "scheduler.schedule" in hooked["hooked"]
+    assert hooked["missing"] == ["worker hooks (RuntimeError: no workers here)"]
