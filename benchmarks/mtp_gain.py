@@ -66,6 +66,8 @@ class EngineFigures:
     draft_ms: float | None
     #: the period less the spans: the GPU waiting for the host, ms (median)
     idle_ms: float | None
+    #: the host's time in the runner's calls (target, sample, draft), ms (medians): a host-bound step shows here
+    cpu_ms: dict[str, float]
     #: decode steps after the last prefill step, and their seconds (the instrumented pair's t(N))
     window_steps: int
     window_s: float
@@ -172,6 +174,7 @@ def _figures(row: dict) -> EngineFigures:
         sample_ms=gpu.get("sample"),
         draft_ms=gpu.get("draft"),
         idle_ms=steps.get("gpu_idle_ms"),
+        cpu_ms=dict(steps.get("cpu_ms") or {}),
         window_steps=int(steps["window_steps"]),
         window_s=float(steps["window_s"]),
         pair_difference_s=float(timing["t_all_s"]) - float(timing["t_one_s"]),
@@ -310,6 +313,12 @@ def render(gains: list[MtpGain]) -> str:
         )
     lines.append("")
     for g in gains:
+        host = "; ".join(
+            f"MTP {f.mtp} period {f.period_ms:.2f} ms, GPU idle {opt(f.idle_ms)}, host in the runner's calls "
+            + (", ".join(f"{part} {ms:.2f}" for part, ms in sorted(f.cpu_ms.items())) or "-")
+            for f in (g.mtp0, g.mtpk)
+        )
+        lines.append(f"- a full-batch step: {host}")
         lines.append(
             f"- the cold pair, MTP 0 / MTP {g.k}: t(1) {opt(g.mtp0.cold_extra_t_one_s, '{:+.3f}')} / "
             f"{opt(g.mtpk.cold_extra_t_one_s, '{:+.3f}')} s against the warm median, t(N)-t(1) less its window "

@@ -379,7 +379,8 @@ def summarize(steps: list[dict], batch: int) -> dict:
     - `prefill_steps`, `prefill_s`: the steps up to the last one holding a prefill chunk, and when its output came;
     - `window_steps`, `window_s`: the steps after it and their time, the decode that `t(N) - t(1)` stands for;
     - `full_steps`: decode steps with all `batch` requests; over them the medians `period_ms` (one output to the
-      next: the step's whole cost, host included), `gpu_ms` per part and `gpu_idle_ms` (the period less the spans);
+      next: the step's whole cost, host included), `gpu_ms` per part, `gpu_idle_ms` (the period less the spans: the
+      GPU waiting for the host) and `cpu_ms` per part (the host's time in the runner's calls);
     - `tokens_per_step`: tokens a request gets from a decode step, over every request's decode steps;
     - `drafts`, `draft_tokens`, `accepted`, `acceptance` (accepted / draft tokens), from the same steps;
     - `per_request`: decode steps, tokens (the first, from the prefill, included) and acceptance of each request in
@@ -432,6 +433,9 @@ def summarize(steps: list[dict], batch: int) -> dict:
     parts = sorted({part for i in full for part in steps[i].get("gpu_ms", {})})
     gpu = {part: _median([steps[i]["gpu_ms"][part] for i in full if part in steps[i].get("gpu_ms", {})])
            for part in parts}  # fmt: skip
+    cpu_parts = sorted({part for i in full for part in steps[i].get("cpu_ms", {})})
+    cpu = {part: _median([steps[i]["cpu_ms"][part] for i in full if part in steps[i].get("cpu_ms", {})])
+           for part in cpu_parts}  # fmt: skip
     idle = [
         (steps[i]["t_done"] - steps[i - 1]["t_done"]) * 1e3 - sum(steps[i]["gpu_ms"].values())
         for i in full
@@ -454,6 +458,7 @@ def summarize(steps: list[dict], batch: int) -> dict:
         "period_ms": _median(periods),
         "gpu_ms": gpu,
         "gpu_idle_ms": _median(idle),
+        "cpu_ms": cpu,
         "tokens_per_step": round(decode_tokens / decode_request_steps, 4) if decode_request_steps else None,
         "drafts": drafts,
         "draft_tokens": draft_tokens,

@@ -24,10 +24,12 @@ def _req(scheduled, generated, drafts=0, prefill=False):
 
 
 def _step(t_done, reqs, gpu=None, graph="FULL"):
+    """A step record; its host time in each runner call is a tenth of the GPU span."""
     s = {"t_scheduled": t_done - 0.001, "t_done": t_done, "tokens": sum(r["scheduled"] for r in reqs.values()),
          "reqs": reqs, "graph": graph}  # fmt: skip
     if gpu:
         s["gpu_ms"] = gpu
+        s["cpu_ms"] = {part: ms / 10 for part, ms in gpu.items()}
     return s
 
 
@@ -57,6 +59,7 @@ def test_summary_of_hand_made_records():
     assert s["gpu_ms"] == {"target": 12.0, "sample": 1.0, "draft": 3.0}
     # idle: 20 - 16, 18 - 16, 22 - 18 -> 4, 2, 4 -> median 4
     assert s["gpu_idle_ms"] == 4.0
+    assert s["cpu_ms"] == {"target": 1.2, "sample": 0.1, "draft": 0.3}
     # decode request-steps: a 4 (2+1+2+2 = 7 tokens), b 4 (2+1+2+1 = 6 tokens) -> 13 / 8
     assert s["tokens_per_step"] == round(13 / 8, 4)
     assert (s["drafts"], s["draft_tokens"], s["accepted"]) == (8, 8, 5)
