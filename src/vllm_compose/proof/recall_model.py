@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComposeError
+from .expected import SpecCounters
 from .tinyglm import SPECIAL_TOKENS, TinyGlmSpec, config_dict, tensor_layout
 
 
@@ -440,6 +441,39 @@ def predict(spec: RecallSpec, prompt: RecallPrompt, max_tokens: int) -> list[int
     return out
 
 
+def predict_drafts(spec: RecallSpec, prompt: RecallPrompt, max_tokens: int, k: int) -> SpecCounters:
+    """The spec-decode counters of one greedy request of `max_tokens` tokens verified `k`
+    MTP drafts at a time, counted as vLLM's scheduler counts them: the prefill step emits the first token and
+    proposes the first drafts; each later step verifies `k` drafts and emits the accepted ones plus one token; a
+    request is verified again while it has fewer than `max_tokens` tokens. `num_drafts` is the request's number of
+    decode steps.
+
+    The first draft is right where `draft_right` says. A later draft is right only if the drafts before it were and
+    the MTP layer computes its own top-k at that draft step: with `index_share_for_mtp_iteration` it reuses the first
+    step's, which holds the planted token of the wrong key, and drafts the fallback token.
+
+    Why this is not `1 - len(mtp_wrong) / chain`: that fraction counts chain positions, the counters count drafts,
+    and the positions drafted are not a uniform sample of the chain. After an accepted draft the next position is the
+    verify step's bonus token, which is never drafted; so how the wrong chain tokens fall along a prompt's cycle
+    decides how many of them are drafted at all."""
+    if k < 1:
+        raise RecallModelError(f"num_speculative_tokens must be >= 1, got {k}")
+    target = predict(spec, prompt, max_tokens + k + 1)
+    shared = bool(spec.shape.extra.get("index_share_for_mtp_iteration"))
+    counters = SpecCounters(num_accepted_tokens_per_pos=[0] * k)
+    emitted = 1
+    while emitted < max_tokens:
+        accepted = 0
+        while accepted < k and (accepted == 0 or not shared) and draft_right(spec, target[emitted + accepted]):
+            counters.num_accepted_tokens_per_pos[accepted] += 1
+            accepted += 1
+        counters.num_drafts += 1
+        counters.num_draft_tokens += k
+        counters.num_accepted_tokens += accepted
+        emitted += accepted + 1
+    return counters
+
+
 # --- weights --------------------------------------------------------------------------------------------------------
 
 
@@ -764,6 +798,7 @@ __all__ = [
     "make_prompts",
     "make_tensors",
     "predict",
+    "predict_drafts",
     "spec_from_json",
     "tiny_spec",
     "with_draft_acceptance",

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On the device machine, after `lab/device/stage.py receive 1..N` and `install`: MTP's end-to-end decode speed-up on
+# the recall model, explained by its step times (benchmarks/recall_e2e.py run, then explain; docs/benchmarks.md).
+#   lab/device/mtp_gain.sh MTP...        e.g. `0`, then `1` in the next call: one engine per MTP setting, one after
+#                                        another within VC_BUDGET_S (540); then `explain` over every result so far
+# The checkpoint is the GLM-5-shaped recall model whose MTP first drafts are right for 80% of the chain, written on
+# the GPU first when missing (VC_E2E_MODEL, default $S/models/recall_a80). VC_E2E_ARGS sets the configuration
+# (default: batch 8, 8,192-token prompts, 128 tokens, CUDA graphs, 3 warm pairs after the cold one).
+# Environment as lab/device/prove.sh: VC_STAGE_DEST (/tmp/vc), VC_TREE (composed), VC_FAKE_CAPABILITY (8.0),
+# VC_SM80_PTX. VC_DRY_RUN=1 prints the commands and runs nothing.
+# Results: $S/e2e/mtpK.json (kept while the machine is warm), explain.md and explain.json, the logs' tails; all of
+# them in one archive in $OUT.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+S=${VC_STAGE_DEST:-/tmp/vc}
+START=$(date +%s); BUDGET=${VC_BUDGET_S:-540}
+TREE=${VC_TREE:-composed}
+DRY=${VC_DRY_RUN:-0}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$S/$TREE:$S/site:$REPO/lab/device/sitecustomize:$REPO/src" VC_SITE_DIRS="$S/site"
+export VC_FAKE_CAPABILITY=${VC_FAKE_CAPABILITY-8.0}
+M=${VC_E2E_MODEL:-$S/models/recall_a80}
+ARGS=${VC_E2E_ARGS:---batch 8 --context 8192 --tokens 128 --graphs --repeats 3}
+E2E="$REPO/benchmarks/recall_e2e.py"
+D="$S/e2e"
+OUTDIR=${OUT:-/tmp/vc/out}
+mkdir -p "$D" "$OUTDIR"
+if [ -n "${VC_SM80_PTX:-}" ]; then export VC_RECORD_DIR="$D/rec"; fi
+
+exec 3>&1  # the script's own output: a dry run prints there, whatever the command's output is redirected to
+go() {  # run or, dry, print a command
+  if [ "$DRY" = 1 ]; then echo "RUN $*" >&3; return 0; fi
+  "$@"
+}
+
+if [ ! -f "$M/recall_spec.json" ]; then
+  echo "== model $M (acceptance 0.8)"
+  go python3 "$E2E" model --out "$M" --acceptance 0.8 > "$D/model.log" 2>&1 || { echo "model: failed"; tail -5 "$D/model.log"; exit 1; }
+fi
+for k in "$@"; do
+  left=$(( BUDGET - ($(date +%s) - START) ))
+  if [ "$left" -lt 120 ]; then echo "SKIP mtp$k (time)"; continue; fi
+  echo "== mtp$k at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
+  # shellcheck disable=SC2086  # ARGS are words
+  go timeout -s INT -k 15 $(( left - 15 )) python3 "$E2E" run --model "$M" --mtp "$k" $ARGS --out "$D/mtp$k.json" \
+    > "$D/mtp$k.log" 2>&1
+  echo "rc=$? mtp$k $(tail -1 "$D/mtp$k.log" 2>/dev/null | cut -c1-300)"
+done
+results=$(ls "$D"/mtp*.json 2>/dev/null)
+if [ -n "$results" ] && [ -f "$D/mtp0.json" ] && [ "$(echo "$results" | wc -l)" -gt 1 ]; then
+  # shellcheck disable=SC2086  # one word a file
+  go python3 "$E2E" explain $results --json "$D/explain.json" > "$D/explain.md" 2> "$D/explain.err"
+  echo "explain rc=$?"; cat "$D/explain.md" "$D/explain.err" 2>/dev/null
+fi
+[ "$DRY" = 1 ] && exit 0
+mkdir -p "$D/tails"
+for f in "$D"/*.log; do tail -c 20000 "$f" > "$D/tails/$(basename "$f")"; done 2>/dev/null
+(cd "$D" && tar czf "$OUTDIR/e2e-$(date +%H%M%S).tgz" ./*.json ./*.md tails) 2>/dev/null
+true
