@@ -286,7 +286,12 @@ def serve(args) -> int:
     except ValueError:
         print(f"--batches {args.batches!r}: comma-separated whole numbers, e.g. 1,8,32", file=sys.stderr)
         return int(ExitCode.USAGE)
-    plan = Plan(args.model, batches, args.context, args.tokens, args.mtp, args.graphs, args.prefix_caching)
+    try:
+        contexts = [int(c) for c in str(args.context).split(",")]
+    except ValueError:
+        print(f"--context {args.context!r}: comma-separated whole numbers, e.g. 8192,32768,131072", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    plan = Plan(args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching)
     log = args.log or args.out.with_suffix(".server.log")
     # `timeout` and the device's limit send SIGTERM: unwind as on Ctrl-C, so the server's group is killed
     signal.signal(signal.SIGTERM, _interrupt)
@@ -333,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--model", required=True)
     s.add_argument("--mtp", type=int, default=0)
     s.add_argument("--batches", default="1,8,32", help="comma-separated batch sizes (concurrent requests)")
-    s.add_argument("--context", type=int, default=8192)
+    s.add_argument(
+        "--context", default="8192", help="prompt length(s), comma-separated: each at every batch size, one server"
+    )
     s.add_argument("--tokens", type=int, default=64)
     s.add_argument("--graphs", action="store_true", help="CUDA graphs for decode (no Inductor), else --enforce-eager")
     s.add_argument("--prefix-caching", action="store_true", help="leave vLLM's prefix caching on (off as offline)")

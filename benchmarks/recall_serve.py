@@ -423,7 +423,8 @@ class Plan:
 
     model_dir: str
     batches: list[int]
-    context: int = 8192
+    #: prompt lengths, each measured at every batch size in one server (shortest first)
+    contexts: list[int] = dataclasses.field(default_factory=lambda: [8192])
     tokens: int = 64
     mtp: int = 0
     graphs: bool = False
@@ -436,7 +437,7 @@ def prompt_lengths(context: int, batch: int) -> list[int]:
 
 
 def server_config(plan: Plan) -> ServeConfig:
-    longest = prompt_lengths(plan.context, max(plan.batches))[-1] + plan.tokens + 8
+    longest = prompt_lengths(max(plan.contexts), max(plan.batches))[-1] + plan.tokens + 8
     return ServeConfig(
         model_dir=plan.model_dir,
         max_model_len=longest,
@@ -448,8 +449,8 @@ def server_config(plan: Plan) -> ServeConfig:
 
 
 def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """Against a ready server on `port`: for each batch size, the streamed pass and the two plain ones; two rows a
-    batch size (path `serve-stream` and `serve`), in the offline rows' format."""
+    """Against a ready server on `port`: for each context (shortest first) and batch size, the streamed pass and the
+    two plain ones; two rows a (context, batch) (path `serve-stream` and `serve`), in the offline rows' format."""
     from recall_e2e import decode_rates
 
     from vllm_compose.proof.recall_model import make_prompts, predict, spec_from_json
@@ -459,7 +460,6 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
         "mode": "graphs" if plan.graphs else "eager",
         "mtp": plan.mtp,
         "acceptance": 1.0 - len(spec.mtp_wrong) / spec.chain,
-        "context": plan.context,
         "tokens": plan.tokens,
     }
 
@@ -469,8 +469,8 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
         status, text = http_get(port, "/metrics")
         return spec_counters(text) if status == 200 else None
 
-    def pass_(batch: int, seed: int, max_tokens: int, stream: bool):
-        prompts = make_prompts(spec, prompt_lengths(plan.context, batch), seed=seed)
+    def pass_(context: int, batch: int, seed: int, max_tokens: int, stream: bool):
+        prompts = make_prompts(spec, prompt_lengths(context, batch), seed=seed)
         bodies = [completion_body(plan.model_dir, list(p.tokens), max_tokens, stream) for p in prompts]
         before = counters()
         start, got = run_batch(port, bodies)
@@ -479,26 +479,32 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
         accepted = first_draft_rate(before, after) if before and after else None
         return start, got, right, accepted, sum(len(p.tokens) for p in prompts)
 
-    warm = make_prompts(spec, prompt_lengths(plan.context, 1), seed=99)
-    complete(port, completion_body(plan.model_dir, list(warm[0].tokens), 4, False))  # compiles before timing
     rows = []
-    for b, batch in enumerate(plan.batches):
-        seed = 100 + 10 * b  # every pass its own prompts: nothing is served from an earlier pass's prefill
-        start, got, right, accepted, prompt_tokens = pass_(batch, seed, plan.tokens, True)
-        row = {"path": "serve-stream", **base, "batch": batch, "first_draft_accepted": accepted}
-        row.update(stream_stats(start, got, prompt_tokens), as_predicted=right)
-        rows.append(row)
-        start, got, right_one, _, _ = pass_(batch, seed + 1, 1, False)
-        t_one = max(c.done for c in got) - start
-        start, got, right_all, accepted, _ = pass_(batch, seed + 2, plan.tokens, False)
-        t_all = max(c.done for c in got) - start
-        row = {"path": "serve", **base, "batch": batch, "first_draft_accepted": accepted}
-        row.update(t_one_s=round(t_one, 3), t_all_s=round(t_all, 3), **decode_rates(batch, plan.tokens, t_one, t_all))
-        row["as_predicted"] = right_one and right_all
-        rows.append(row)
-        if on_row:
-            for r in rows[-2:]:
-                on_row(r)
+    for c, context in enumerate(sorted(plan.contexts)):
+        # one short generation at this length first: the kernels its shapes need compile before any timing
+        warm = make_prompts(spec, prompt_lengths(context, 1), seed=99 + 1000 * c)
+        complete(port, completion_body(plan.model_dir, list(warm[0].tokens), 4, False))
+        for b, batch in enumerate(plan.batches):
+            # every pass its own prompts: nothing is served from an earlier pass's prefill
+            seed = 100 + 1000 * c + 10 * b
+            at = {**base, "context": context, "batch": batch}
+            start, got, right, accepted, prompt_tokens = pass_(context, batch, seed, plan.tokens, True)
+            row = {"path": "serve-stream", **at, "first_draft_accepted": accepted}
+            row.update(stream_stats(start, got, prompt_tokens), as_predicted=right)
+            rows.append(row)
+            start, got, right_one, _, _ = pass_(context, batch, seed + 1, 1, False)
+            t_one = max(r.done for r in got) - start
+            start, got, right_all, accepted, _ = pass_(context, batch, seed + 2, plan.tokens, False)
+            t_all = max(r.done for r in got) - start
+            row = {"path": "serve", **at, "first_draft_accepted": accepted}
+            row.update(
+                t_one_s=round(t_one, 3), t_all_s=round(t_all, 3), **decode_rates(batch, plan.tokens, t_one, t_all)
+            )
+            row["as_predicted"] = right_one and right_all
+            rows.append(row)
+            if on_row:
+                for r in rows[-2:]:
+                    on_row(r)
     return rows
 
 

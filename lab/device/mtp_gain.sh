@@ -3,6 +3,10 @@
 # the recall model, explained by its step times (benchmarks/recall_e2e.py run, then explain; docs/benchmarks.md).
 #   lab/device/mtp_gain.sh MTP...        e.g. `0`, then `1` in the next call: one engine per MTP setting, one after
 #                                        another within VC_BUDGET_S (540); then `explain` over every result so far
+#   lab/device/mtp_gain.sh serve MTP...  the same model as users serve it: one `vllm serve` per MTP setting
+#                                        (recall_e2e.py serve, VC_SERVE_ARGS: default batches 1,8,32 at 8,192, 32,768
+#                                        and 131,072-token prompts, 64 tokens, CUDA graphs), streamed and not, every
+#                                        pass judged; then `table` over every serve result so far (serve-table.md)
 # The checkpoint is the GLM-5-shaped recall model whose MTP first drafts are right for 80% of the chain, written on
 # the GPU first when missing (VC_E2E_MODEL, default $S/models/recall_a80). VC_E2E_ARGS sets the configuration
 # (default: batch 8, 8,192-token prompts, 128 tokens, CUDA graphs, 3 warm pairs after the cold one).
@@ -36,6 +40,27 @@ if [ ! -f "$M/recall_spec.json" ]; then
   echo "== model $M (acceptance 0.8)"
   go python3 "$E2E" model --out "$M" --acceptance 0.8 > "$D/model.log" 2>&1 || { echo "model: failed"; tail -5 "$D/model.log"; exit 1; }
 fi
+if [ "${1:-}" = serve ]; then
+  shift
+  SARGS=${VC_SERVE_ARGS:---batches 1,8,32 --context 8192,32768,131072 --tokens 64 --graphs}
+  for k in "$@"; do
+    left=$(( BUDGET - ($(date +%s) - START) ))
+    if [ "$left" -lt 150 ]; then echo "SKIP serve mtp$k (time)"; continue; fi
+    echo "== serve mtp$k at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
+    # rows are kept in serve-mtpK.json.partial as they come, so a call cut short keeps what it measured
+    # shellcheck disable=SC2086  # SARGS are words
+    go timeout -s INT -k 15 $(( left - 15 )) python3 "$E2E" serve --model "$M" --mtp "$k" $SARGS --python python3 \
+      --out "$D/serve-mtp$k.json" > "$D/serve-mtp$k.log" 2>&1
+    echo "rc=$? serve mtp$k $(tail -1 "$D/serve-mtp$k.log" 2>/dev/null | cut -c1-300)"
+  done
+  results=$(ls "$D"/serve-mtp*.json "$D"/serve-mtp*.json.partial 2>/dev/null)
+  if [ -n "$results" ]; then
+    # shellcheck disable=SC2086  # one word a file
+    go python3 "$E2E" table $results > "$D/serve-table.md" 2> "$D/serve-table.err"
+    echo "table rc=$?"; cat "$D/serve-table.md" "$D/serve-table.err" 2>/dev/null
+  fi
+  set --  # the run loop below has nothing left to do
+fi
 for k in "$@"; do
   left=$(( BUDGET - ($(date +%s) - START) ))
   if [ "$left" -lt 120 ]; then echo "SKIP mtp$k (time)"; continue; fi
@@ -54,5 +79,6 @@ fi
 [ "$DRY" = 1 ] && exit 0
 mkdir -p "$D/tails"
 for f in "$D"/*.log; do tail -c 20000 "$f" > "$D/tails/$(basename "$f")"; done 2>/dev/null
-(cd "$D" && tar czf "$OUTDIR/e2e-$(date +%H%M%S).tgz" ./*.json ./*.md tails) 2>/dev/null
+# shellcheck disable=SC2046  # one word a file
+(cd "$D" && tar czf "$OUTDIR/e2e-$(date +%H%M%S).tgz" $(ls ./*.json ./*.partial ./*.md 2>/dev/null) tails) 2>/dev/null
 true

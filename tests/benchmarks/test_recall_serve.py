@@ -100,8 +100,8 @@ def test_the_server_command_for_graphs_without_mtp():
 
 
 def test_the_server_admits_the_longest_prompt_and_the_largest_batch():
-    cfg = rs.server_config(rs.Plan("/m", [1, 8, 32], context=8192, tokens=64, mtp=2))
-    assert cfg.max_model_len == 8192 + 64 * 31 + 64 + 8
+    cfg = rs.server_config(rs.Plan("/m", [1, 8, 32], contexts=[8192, 2048], tokens=64, mtp=2))
+    assert cfg.max_model_len == 8192 + 64 * 31 + 64 + 8  # the longest context at the largest batch
     assert cfg.max_num_seqs == 32 and cfg.mtp == 2
 
 
@@ -176,7 +176,7 @@ def test_measure_against_the_stub(model_dir):
     stub = serve_stub.Stub(ttft=0.08, itl=0.03, chunk=2)
     server = serve_stub.start(stub)
     try:
-        plan = rs.Plan(str(model_dir), [1, 3], context=128, tokens=9, mtp=1)
+        plan = rs.Plan(str(model_dir), [1, 3], contexts=[128], tokens=9, mtp=1)
         rows = rs.measure(plan, server.server_address[1])
     finally:
         server.shutdown()
@@ -208,11 +208,29 @@ def test_measure_against_the_stub(model_dir):
     assert sorted({len(p) for p in prompts}) == [128, 192, 256]
 
 
+def test_every_context_is_measured_at_every_batch_in_one_server(model_dir):
+    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(rs.Plan(str(model_dir), [1, 2], contexts=[192, 128], tokens=4), server.server_address[1])
+    finally:
+        server.shutdown()
+    # shortest context first, each at every batch size, two rows each, every pass's tokens judged
+    assert [(r["context"], r["batch"], r["path"]) for r in rows] == [
+        (c, b, p) for c in (128, 192) for b in (1, 2) for p in ("serve-stream", "serve")
+    ]
+    assert all(r["as_predicted"] for r in rows)
+    # a warm-up per context, then three passes per (context, batch), each with prompts of its own
+    prompts = [tuple(b["prompt"]) for b in stub.bodies]
+    assert len(prompts) == 2 * (1 + 3 * (1 + 2)) and len(set(prompts)) == len(prompts)
+    assert sorted({len(p) for p in prompts}) == [128, 192, 256]
+
+
 def test_wrong_tokens_are_marked(model_dir):
     stub = serve_stub.Stub(ttft=0.01, itl=0.02, wrong=True)
     server = serve_stub.start(stub)
     try:
-        rows = rs.measure(rs.Plan(str(model_dir), [2], context=128, tokens=4), server.server_address[1])
+        rows = rs.measure(rs.Plan(str(model_dir), [2], contexts=[128], tokens=4), server.server_address[1])
     finally:
         server.shutdown()
     assert [r["as_predicted"] for r in rows] == [False, False]
@@ -232,7 +250,7 @@ def test_run_starts_measures_and_stops_the_server(model_dir, tmp_path):
     pid_file = tmp_path / "child.pid"
     cmd = [sys.executable, STUB, "--port", str(port), "--stub-child-pid-file", str(pid_file)]
     log = tmp_path / "server.log"
-    rows = rs.run(rs.Plan(str(model_dir), [2], context=128, tokens=4), log, port=port, command=cmd)
+    rows = rs.run(rs.Plan(str(model_dir), [2], contexts=[128], tokens=4), log, port=port, command=cmd)
     assert len(rows) == 2 and all(r["as_predicted"] for r in rows)
     assert rows[0]["kv_bytes_per_token"] == round(12.5 * 2**30 / 1e6, 1)
     assert rows[0]["vllm_version"] == "stub" and rows[0]["server_command"] == cmd

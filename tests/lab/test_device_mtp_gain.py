@@ -30,6 +30,15 @@ elif args[0] == "run":
     Path(args[args.index("--out") + 1]).write_text(json.dumps({"mtp": int(args[args.index("--mtp") + 1])}))
 elif args[0] == "explain":
     print("| explained |", *[Path(a).name for a in args[1:] if a.endswith(".json")])
+elif args[0] == "serve":
+    mtp = int(args[args.index("--mtp") + 1])
+    out = Path(args[args.index("--out") + 1])
+    if os.environ.get("FAKE_CUT") == str(mtp):  # cut short: only the rows so far, in OUT.partial
+        out.with_name(out.name + ".partial").write_text(json.dumps([{"mtp": mtp, "batch": 1}]))
+        sys.exit(124)
+    out.write_text(json.dumps([{"mtp": mtp, "batch": 1}, {"mtp": mtp, "batch": 8}]))
+elif args[0] == "table":
+    print("| table |", *[Path(a).name for a in args[1:]])
 """
 
 
@@ -90,3 +99,22 @@ def test_a_dry_run_prints_the_commands_and_runs_nothing(repo):
     assert "recall_e2e.py model" in runs[0]
     assert runs[1].endswith("--mtp 0 --batch 1 --tokens 16 --out " + str(repo / "vc" / "e2e" / "mtp0.json"))
     assert not (repo / "calls").exists()
+
+
+def test_serve_runs_one_server_per_setting_and_tables_every_result_including_a_cut_one(repo):
+    proc = _run(repo, "serve", "0", "1", FAKE_CUT="1")
+    assert proc.returncode == 0, proc.stderr
+    calls = _calls(repo)
+    serves = [c for c in calls if c[0] == "serve"]
+    assert [c[c.index("--mtp") + 1] for c in serves] == ["0", "1"]
+    assert serves[0][serves[0].index("--batches") :] == ["--batches", "1,8,32", "--context", "8192,32768,131072",
+                                                         "--tokens", "64", "--graphs", "--python", "python3",
+                                                         "--out", str(repo / "vc" / "e2e" / "serve-mtp0.json")]  # fmt: skip
+    assert not any(c[0] in ("run", "explain") for c in calls)  # serve mode runs no offline engine
+    (table,) = [c for c in calls if c[0] == "table"]
+    assert sorted(Path(a).name for a in table[1:]) == ["serve-mtp0.json", "serve-mtp1.json.partial"]
+    assert "| table | serve-mtp0.json serve-mtp1.json.partial" in proc.stdout
+    (archive,) = sorted((repo / "out").glob("e2e-*.tgz"))[-1:]
+    with tarfile.open(archive) as t:
+        names = {Path(n).name for n in t.getnames()}
+    assert {"serve-mtp0.json", "serve-mtp1.json.partial", "serve-table.md"} <= names
