@@ -292,7 +292,8 @@ def mla_policies(options: dict[str, str]) -> dict[str, dict[str, float]]:
             try:
                 value = kind(word)
             except ValueError:
-                raise ValueError(f"--{option.replace('_', '-')} {text!r}: {word!r} is not a {kind.__name__}") from None
+                what = "an integer" if kind is int else "a number"
+                raise ValueError(f"--{option.replace('_', '-')} {text!r}: {word!r} is not {what}") from None
             if value <= 0:
                 raise ValueError(f"--{option.replace('_', '-')} {text!r}: {word!r} is not positive")
             values.append(value)

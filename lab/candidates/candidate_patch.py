@@ -10,11 +10,11 @@ modules; a sparse-MLA run never calls the indexer's):
     python3 lab/candidates/candidate_patch.py trees lab/candidates/perf-sparse-mla-decode-all-heads.patch \\
         --before .devkern/v0260 --after .devkern/mla
 
-`rewrite` writes the patch again from a new post-image and commit message (git format-patch with one hunk over the
-whole file; author, date and the zero commit id as the candidates have them), after checking that its images read
-back as the files given:
+`rewrite` writes the patch again from a new post-image and commit message (default: the patch's own), as git
+format-patch with one hunk over the whole file and the author, date and zero commit id the candidates have, then
+checks that its post-image reads back as the file given:
 
-    python3 lab/candidates/candidate_patch.py rewrite PATCH --post NEW.py --message MSG.txt
+    python3 lab/candidates/candidate_patch.py rewrite PATCH --post NEW.py [--message MSG.txt]
 """
 
 from __future__ import annotations
@@ -55,6 +55,17 @@ def images(patch: Path) -> tuple[str, str, str]:
         raise CandidatePatchError(f"{patch}: the hunk {hunk.header} does not start at line 1 of both images")
     before, after = ("\n".join(lines) + "\n" for lines in (hunk.pre_image, hunk.post_image))
     return fp.path, before, after
+
+
+def message_of(patch: Path) -> str:
+    """The patch's commit message: its subject (unfolded, without `[PATCH]`), a blank line, its body."""
+    import email
+    import re
+
+    head = patch.read_text().split("\n---\n", 1)[0]
+    msg = email.message_from_string(head.split("\n", 1)[1])
+    subject = re.sub(r"\s+", " ", msg["Subject"]).removeprefix("[PATCH] ")
+    return f"{subject}\n\n{msg.get_payload().rstrip()}\n"
 
 
 def write_tree(root: Path, path: str, text: str) -> Path:
@@ -102,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     again = sub.add_parser("rewrite", help="the patch written again from a new post-image and message")
     again.add_argument("patch", type=Path)
     again.add_argument("--post", type=Path, required=True)
-    again.add_argument("--message", type=Path, required=True)
+    again.add_argument("--message", type=Path, help="the new commit message (default: the patch's own)")
     args = ap.parse_args(argv)
     try:
         if args.command == "trees":
@@ -112,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{root / path}: {text.count(chr(10))} lines")
             return 0
         post = args.post.read_text()
-        text = rewrite(args.patch, post, args.message.read_text())
+        message = args.message.read_text() if args.message else message_of(args.patch)
+        text = rewrite(args.patch, post, message)
         args.patch.write_text(text)
         _, _, got = images(args.patch)
         if got != post:

@@ -129,8 +129,8 @@ def preference(attrs: dict) -> tuple:
 
 def decide(doc: dict) -> dict:
     """The decision: every policy judged, the winner (or None) and the verdict."""
+    figures = policy_figures(doc)  # raises for a sweep without policies
     policies = doc["mla_policies"]
-    figures = policy_figures(doc)
     judged = {label: {**judge(fig), **fig, "attrs": policies[label]} for label, fig in figures.items()}
     sound = {k: v for k, v in judged.items() if v["agrees"] and v["guard"] and v["geomean_us"] is not None}
     meeting = {k: v for k, v in sound.items() if not v["targets_missed"]}
