@@ -275,3 +275,34 @@ def _write_mkdirs(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+# --- lab/device/oracle_kernels.py's sparse-MLA cases, with the oracle standing in for the kernel ----------------
+
+
+def test_the_oracle_script_checks_each_head_count_and_split_count_it_is_given(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(REPO / "lab" / "device"))
+    import dataclasses
+
+    import oracle_kernels
+
+    from vllm_compose.proof import dsa_oracle as o
+
+    calls = []
+
+    def attention(q, kv, indices, sm_scale, num_kv_splits=None):
+        calls.append((q.shape[1], num_kv_splits))
+        return o.sparse_mla_attention(q, kv, indices, sm_scale)[0].to(torch.bfloat16)
+
+    mods = {"triton_mla_sparse_kernel": type("Kernel", (), {"triton_mla_sparse_attention": staticmethod(attention)})}
+    torch.manual_seed(0)
+    out = oracle_kernels.sparse_mla_cases(mods, o, dataclasses.asdict, 2048, "cpu", [64, 128], [1, 64, "auto"])
+    # `auto` is the kernel's own choice (no split count passed); the fault runs single-pass at each head count
+    assert calls == [(64, 1), (64, 64), (64, None), (64, 1), (128, 1), (128, 64), (128, None), (128, 1)]
+    assert list(out) == [
+        "sparse_mla_splits_1", "sparse_mla_splits_64", "sparse_mla_splits_auto", "sparse_mla_fault_shifted",
+        "sparse_mla_h128_splits_1", "sparse_mla_h128_splits_64", "sparse_mla_h128_splits_auto",
+        "sparse_mla_h128_fault_shifted",
+    ]  # fmt: skip
+    assert all(v["passed"] == ("fault" not in k) for k, v in out.items()), out
