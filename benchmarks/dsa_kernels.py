@@ -13,12 +13,19 @@ entry's before and after are one ratio. The paged logits of every tree after the
 logits are from the first tree's (`vs_first_tree`: masks equal, max |difference|). `--paged-blocks-per-prog 1,2,4`
 times a tree whose kernel has `_PAGED_BLOCKS_PER_PROG` (series entry 0040) at each value, labelled `tree@bppN` (and
 sets entry 0041's per-next_n choice aside, so the value holds at every shape); without it a tree runs its own choice.
-Likewise `--mla-max-block-h 16,32,64` times a sparse-MLA kernel that has `_MAX_BLOCK_H` (heads a program; the candidate
-in lab/candidates/) at each value, labelled `tree@bhN`. The sparse-MLA rows record each tree's largest |difference|
-from the first tree's output (`vs_first_tree`) and the autotuned kernels' chosen config and, where a row's call
-tuned them, every config's time (`autotune`). `--mla-only` times the sparse-MLA decode rows alone and FlashMLA's
-sparse kernel on the same shapes where `--native` has it (no paged logits, no other section), to spend GPU minutes on
-a sparse-MLA candidate.
+Likewise the sparse-MLA candidate in lab/candidates/ reads its heads a program and its split policy from module
+attributes at each call, and `--mla-max-block-h 16,32,64 --mla-max-splits 16,32,64 --mla-min-split 32,64,128
+--mla-split-fill 0.75,1.5` sweeps every combination of the values given (a policy, e.g. `bh64/kv32/min32/fill0.75`;
+a knob not given stays as the module has it). Many policies make the same launch at a shape (at 8 heads every
+heads-per-program value is 16; at one row every fill splits as far as allowed), so each distinct launch is timed once,
+labelled `tree@bh<heads a program>.kv<splits>`, its row naming the policies that make it (`policies`; the document's
+`mla_policies` gives their attributes). A tree without those attributes (the kernel as composed) runs once, as it is.
+Each sparse-MLA row records its launch (heads a program, head groups, splits, programs), the fp32 partial outputs a
+split launch writes and reads back beside the least bytes (`split_scratch_bytes`), the autotuned kernels' chosen
+config and, where a row's call tuned them, every config's time (`autotune`), and against the first tree's row of the
+same shape its speed-up and largest |difference| (`vs_first_tree`). `--mla-only` times the sparse-MLA decode rows
+alone and FlashMLA's sparse kernel on the same shapes where `--native` has it (no paged logits, no other section), to
+spend GPU minutes on a sparse-MLA candidate; lab/candidates/mla_decide.py reads such a sweep.
 
 Rows are written to --out as they finish, so a run cut short keeps what it measured. Further sections, each guarded
 so that a kernel that fails records a row saying why and the run goes on: the prefill indexer logits
@@ -116,6 +123,9 @@ def main() -> int:
     ap.add_argument("--tree", type=Path, action="append", required=True, help="a tree root holding vllm/ (repeat)")
     ap.add_argument("--paged-blocks-per-prog", default="", help="e.g. 1,2,4: the paged logits at each (entry 0040)")
     ap.add_argument("--mla-max-block-h", default="", help="e.g. 16,32,64: the sparse MLA at each (lab/candidates/)")
+    ap.add_argument("--mla-max-splits", default="", help="e.g. 16,32,64: the most splits the split policy picks")
+    ap.add_argument("--mla-min-split", default="", help="e.g. 32,64,128: the least top-k indices a split")
+    ap.add_argument("--mla-split-fill", default="", help="e.g. 0.75,1.5: the share of the SMs a grid must cover")
     ap.add_argument("--mla-only", action="store_true", help="time only the sparse-MLA decode rows")
     ap.add_argument("--sections", help=f"comma-separated, of {','.join(SECTIONS)} (default: all)")
     ap.add_argument("--sm80-ptx", action="store_true")
@@ -133,6 +143,7 @@ def main() -> int:
         ap.error("--mla-only and --sections: give one (--mla-only is the sparse-MLA decode rows and FlashMLA's)")
     try:
         sections = parse_sections(args.sections) if args.sections is not None else SECTIONS
+        policies = mla_policies({opt: getattr(args, opt) for opt, *_ in MLA_KNOBS})
     except ValueError as exc:
         ap.error(str(exc))
     compiled: list[dict] = []
@@ -146,26 +157,25 @@ def main() -> int:
 
     trees = [(tree.name, install_vllm_shim(tree)) for tree in args.tree]
     bpps = [int(b) for b in args.paged_blocks_per_prog.split(",") if b]
-    block_hs = [int(b) for b in args.mla_max_block_h.split(",") if b]
     dev = "cuda"
     rows: list[dict] = []
 
     def record(row: dict) -> None:
         row.setdefault("tree", trees[0][0])  # the guarded sections time the first tree
-        if row.get("ms") is None:  # a guarded section's row for a kernel that did not run: `status` says why
-            rows.append(row)
-            doc = {"sm80_ptx": args.sm80_ptx, "peak_gbs": args.peak_gbs, "rows": rows, "compiled": compiled}
-            args.out.write_text(json.dumps(doc, indent=1) + "\n")
-            print(f"{row['kernel']:<22} {row['shape']:<44} {row['status']}", flush=True)
-            return
-        row["gbs"] = row["bytes"] / row["ms"] / 1e6
-        row["share_of_peak"] = row["gbs"] / args.peak_gbs
+        if row.get("ms") is not None:
+            row["gbs"] = row["bytes"] / row["ms"] / 1e6
+            row["share_of_peak"] = row["gbs"] / args.peak_gbs
         rows.append(row)
-        doc = {"sm80_ptx": args.sm80_ptx, "peak_gbs": args.peak_gbs, "rows": rows, "compiled": compiled}
+        doc = {"sm80_ptx": args.sm80_ptx, "peak_gbs": args.peak_gbs, "mla_policies": policies, "rows": rows,
+               "compiled": compiled}  # fmt: skip
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        if row.get("ms") is None:  # a row for a kernel that did not run: `status` says why
+            print(f"{row['tree']:<16} {row['kernel']:<22} {row['shape']:<44} {row['status']}", flush=True)
+            return
+        speedup = row.get("vs_first_tree", {}).get("speedup")
         print(
             f"{row['tree']:<16} {row['kernel']:<22} {row['shape']:<44} {row['ms'] * 1e3:9.1f} us "
-            f"{row['share_of_peak']:6.1%}",
+            f"{row['share_of_peak']:6.1%}{'' if speedup is None else f' {speedup:5.2f}x'}",
             flush=True,
         )
 
@@ -213,7 +223,8 @@ def main() -> int:
                 del pool, kv, first
 
     if "mla-decode" in sections:
-        time_mla_decode(trees, block_hs, record, do_bench, torch, dev)
+        sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+        time_mla_decode(trees, policies, record, do_bench, torch, dev, sm_count)
     if args.mla_only:
         time_flashmla_sparse(record, do_bench, torch, args.native)
         return 0
@@ -224,8 +235,7 @@ def main() -> int:
 def swept(trees, kernel: str, knob: str, values: list[int], tag: str):
     """(label, module, value or None) for each tree's `kernel` module: once as it is, or, where the module has the
     attribute `knob` and `values` are given, once per value, labelled `tree@<tag><value>` (the caller sets the
-    attribute before timing: `--paged-blocks-per-prog` sweeps entry 0040's `_PAGED_BLOCKS_PER_PROG`,
-    `--mla-max-block-h` the sparse-MLA candidate's `_MAX_BLOCK_H`)."""
+    attribute before timing: `--paged-blocks-per-prog` sweeps entry 0040's `_PAGED_BLOCKS_PER_PROG`)."""
     for label, mods in trees:
         mod = mods[kernel]
         if values and hasattr(mod, knob):
@@ -255,39 +265,142 @@ def forget_autotuned(mod) -> None:
             obj.configs_timings = None
 
 
-def time_mla_decode(trees, block_hs, record, do_bench, torch, dev: str = "cuda") -> None:
-    """The sparse-MLA decode rows: MLA heads x MLA_ROWS query rows, top-k TOPK over a flat MLA_SLOTS latent cache."""
+#: the sparse-MLA knobs the `--mla-*` options sweep: (option, the module attribute it sets, its tag in a policy's
+#: label, its type). The candidate in lab/candidates/ reads each attribute at every call
+MLA_KNOBS = (
+    ("mla_max_block_h", "_MAX_BLOCK_H", "bh", int),
+    ("mla_max_splits", "_MAX_KV_SPLITS", "kv", int),
+    ("mla_min_split", "_MIN_TOPK_PER_SPLIT", "min", int),
+    ("mla_split_fill", "_SPLIT_MIN_FILL", "fill", float),
+)
+#: the fp32 row of the split kernel's partial output: 512 lanes and the log-sum-exp
+MLA_MID_ROW = MLA_V_DIM + 1
+
+
+def mla_policies(options: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Every combination of the `--mla-*` values given (`options`: option -> comma-separated text), as
+    {label: {module attribute: value}}, e.g. {"bh64/kv32/min32": {"_MAX_BLOCK_H": 64, "_MAX_KV_SPLITS": 32,
+    "_MIN_TOPK_PER_SPLIT": 32}}; the knobs not given are left out of both. {} when none is given. Raises
+    ValueError for a value that is not a number of the knob's type or not positive."""
+    axes = []
+    for option, attr, tag, kind in MLA_KNOBS:
+        text = options.get(option) or ""
+        values = []
+        for word in (w.strip() for w in text.split(",")):
+            if not word:
+                continue
+            try:
+                value = kind(word)
+            except ValueError:
+                what = "an integer" if kind is int else "a number"
+                raise ValueError(f"--{option.replace('_', '-')} {text!r}: {word!r} is not {what}") from None
+            if value <= 0:
+                raise ValueError(f"--{option.replace('_', '-')} {text!r}: {word!r} is not positive")
+            values.append(value)
+        if values:
+            axes.append([(attr, tag, v) for v in values])
+    return {
+        "/".join(f"{tag}{value:g}" for _, tag, value in combo): {attr: value for attr, _, value in combo}
+        for combo in itertools.product(*axes)
+    } if axes else {}  # fmt: skip
+
+
+def mla_launch(mod, rows: int, heads: int, topk: int, sm_count: int) -> dict:
+    """What `mod.triton_mla_sparse_attention` launches for `rows` x `heads` at `sm_count` SMs, by its own rules:
+    heads a program (`_block_h`, the candidate; PR #38476's kernel holds `_BLOCK_H` = 16), head groups, split
+    count (`_choose_num_kv_splits`, which the candidate reads its policy's attributes in) and programs."""
+    if hasattr(mod, "_block_h"):
+        block_h = mod._block_h(heads)
+        groups = -(-heads // block_h)
+    else:  # PR #38476's: a 16-row tile, of which min(16, heads) heads
+        block_h = mod._BLOCK_H
+        groups = -(-heads // min(block_h, heads))
+    splits = mod._choose_num_kv_splits(rows, groups, topk, sm_count)
+    return {"block_h": block_h, "head_groups": groups, "splits": splits, "programs": rows * groups * splits}
+
+
+def mla_split_scratch_bytes(rows: int, heads: int, splits: int) -> int:
+    """The fp32 partial outputs split-KV writes and its merge reads back (`MLA_MID_ROW` floats per row, head and
+    split, each way); 0 single-pass. Not in a row's `bytes`, the least the attention must move."""
+    return 0 if splits == 1 else 2 * rows * heads * splits * MLA_MID_ROW * 4
+
+
+def mla_plan(mod, policies: dict, rows: int, heads: int, topk: int, sm_count: int) -> list[tuple[dict, list[str]]]:
+    """(launch, the labels of the policies that make it) for each distinct launch of `mod` at this shape, by heads
+    a program then splits; one launch with no label where `policies` is empty or `mod` lacks one of their
+    attributes (it runs as it is). Each policy's attributes are set to ask the kernel's own rules, then restored."""
+    attrs = {attr for policy in policies.values() for attr in policy}
+    if not policies or not all(hasattr(mod, a) for a in attrs):
+        return [(mla_launch(mod, rows, heads, topk, sm_count), [])]
+    saved = {a: getattr(mod, a) for a in attrs}
+    launches: dict[tuple, tuple[dict, list[str]]] = {}
+    try:
+        for label, policy in policies.items():
+            for attr, value in policy.items():
+                setattr(mod, attr, value)
+            launch = mla_launch(mod, rows, heads, topk, sm_count)
+            launches.setdefault((launch["block_h"], launch["splits"]), (launch, []))[1].append(label)
+    finally:
+        for attr, value in saved.items():
+            setattr(mod, attr, value)
+    return [launches[k] for k in sorted(launches)]
+
+
+def time_mla_decode(trees, policies, record, do_bench, torch, dev: str = "cuda", sm_count: int = 132) -> None:
+    """The sparse-MLA decode rows: MLA heads x MLA_ROWS query rows, top-k TOPK over a flat MLA_SLOTS latent cache;
+    every tree on the same inputs, at `sm_count` SMs (passed to the kernel, as the backend passes its cached count).
+
+    A tree whose module has the `policies`' attributes (the candidate) is timed once per distinct launch the
+    policies make at each shape (many make the same one: at 8 heads every heads-per-program value is 16), labelled
+    `tree@bh<heads a program>.kv<splits>` and naming those policies; any other tree once, as it is. Each row
+    records its launch, the split scratch traffic, the autotuned config, and against the first tree's row of the
+    shape its speed-up and largest output difference. A launch that raises becomes its row."""
     slots = MLA_SLOTS
     kv = (torch.randn(slots, 1, MLA_QK_DIM, device=dev) * 0.5).to(torch.bfloat16)
     for label, heads in MLA:
         for n in MLA_ROWS:
             q = (torch.randn(n, heads, MLA_QK_DIM, device=dev) * 0.5).to(torch.bfloat16)
             idx = torch.randint(0, slots, (n, 1, TOPK), dtype=torch.int32, device=dev)
-            moved = sparse_mla_decode_bytes(n, heads, TOPK)
-            first = None
-            for tree, mod, block_h in swept(trees, "triton_mla_sparse_kernel", "_MAX_BLOCK_H", block_hs, "bh"):
-                if block_h is not None:
-                    mod._MAX_BLOCK_H = block_h
-                run = functools.partial(mod.triton_mla_sparse_attention, q, kv, idx, 0.0625)
-                forget_autotuned(mod)
-                row = {
-                    "tree": tree,
-                    "kernel": "sparse MLA decode",
-                    "shape": f"{label} {heads}h top-k {TOPK} rows {n}",
-                    "ms": do_bench(run),
-                    "bytes": moved,
-                    "autotune": autotuned(mod),
-                }
-                got = run().float()
-                if first is None:
-                    first = got
-                else:
-                    row["vs_first_tree"] = {
-                        "max_abs_diff": float((got - first).abs().max()),
-                        "max_abs_first": float(first.abs().max()),
-                        "finite": bool(torch.isfinite(got).all()),
+            shape = f"{label} {heads}h top-k {TOPK} rows {n}"
+            first = None  # (ms, output) of the first tree's row at this shape
+            for tree, mods in trees:
+                mod = mods["triton_mla_sparse_kernel"]
+                for launch, chosen in mla_plan(mod, policies, n, heads, TOPK, sm_count):
+                    row = {
+                        "tree": f"{tree}@bh{launch['block_h']}.kv{launch['splits']}" if chosen else tree,
+                        "kernel": "sparse MLA decode",
+                        "shape": shape,
+                        "bytes": sparse_mla_decode_bytes(n, heads, TOPK),
+                        "launch": launch,
+                        "split_scratch_bytes": mla_split_scratch_bytes(n, heads, launch["splits"]),
                     }
-                record(row)
+                    if chosen:
+                        row["policies"] = chosen
+                    run = functools.partial(mod.triton_mla_sparse_attention, q, kv, idx, 0.0625, sm_count=sm_count)
+                    saved = {a: getattr(mod, a) for a in policies.get(chosen[0], {})} if chosen else {}
+                    try:
+                        for attr, value in (policies[chosen[0]] if chosen else {}).items():
+                            setattr(mod, attr, value)
+                        forget_autotuned(mod)
+                        ms = do_bench(run)
+                        got = run().float()
+                    except Exception as exc:  # noqa: BLE001 - a launch that cannot run is a result of the sweep
+                        record({**row, **_unavailable(row["kernel"], shape, row["bytes"], exc), "tree": row["tree"]})
+                        continue
+                    finally:
+                        for attr, value in saved.items():
+                            setattr(mod, attr, value)
+                    row.update(ms=ms, autotune=autotuned(mod))
+                    if first is None:
+                        first = (ms, got)
+                    else:
+                        row["vs_first_tree"] = {
+                            "speedup": first[0] / ms,
+                            "max_abs_diff": float((got - first[1]).abs().max()),
+                            "max_abs_first": float(first[1].abs().max()),
+                            "finite": bool(torch.isfinite(got).all()),
+                        }
+                    record(row)
 
 
 # --- further sections (issue 31): prefill logits, MTP rows, native Hopper kernels; each guarded -----------------------

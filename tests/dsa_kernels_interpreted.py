@@ -22,7 +22,8 @@ built so that each logit is one decoded code exactly (a +1 and a -1 head weighte
 the test holds them against the lookup table PR #38476's kernel decodes through (0x7f / 0xff read as +-480).
 `--paged-only` runs only the paged-logits cases, for a tree holding mqa_logits_triton.py alone. `--sparse-heads 8,20,64`
 runs only the sparse-MLA cases of `SPARSE_BY_HEADS`, at each head count, for a tree holding
-triton_mla_sparse_kernel.py alone (the candidate kernel of lab/candidates/, tests/lab/test_candidate_sparse_mla.py).
+triton_mla_sparse_kernel.py alone (the candidate kernel of lab/candidates/, tests/lab/test_candidate_sparse_mla.py);
+`--sparse-many-splits` only the case `SPARSE_MANY_SPLITS` (the real top-k in 32 and 64 splits).
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ SPARSE = dict(tokens=3, heads=20, slots=300, topk=32, sm_scale=0.0416)
 #: token 3 has one valid index, at top-k slot 40 (out is that slot's value row exactly). Single-pass, 2 and 4
 #: splits, the wrapper's own split choice at `sm_count`, and the planted fault: every index one slot on, mod 300
 SPARSE_BY_HEADS = dict(tokens=4, slots=300, topk=64, sm_scale=0.0416, sm_count=132)
+#: sparse MLA split many ways (`--sparse-many-splits`): 3 tokens x 8 heads (one program of 16, 8 heads masked) at the
+#: real top-k, 2,048 over 3,000 slots. Token 0 selects the last slot and one slot twice, and its last 700 indices are
+#: -1 (at 64 splits of 32, splits 43-63 hold none); token 1 has none valid (out 0); token 2 one valid index, at top-k
+#: position 2,000 (split 62 of 64: out is that slot's value row exactly). 64 splits (32 indices a split: the most the
+#: candidate's policy makes of top-k 2048) and the policy's own choice with `MANY_SPLITS_POLICY` set at an A100's 108
+#: SMs (3 programs, 32 splits: 3 x 32 covers 3/4 of 108); the planted fault at 64 splits
+SPARSE_MANY_SPLITS = dict(tokens=3, heads=8, slots=3000, topk=2048, sm_scale=0.0416, sm_count=108, slot=1234)
+#: the split policy `--sparse-many-splits` sets on a kernel module that has its attributes (the candidate)
+MANY_SPLITS_POLICY = {"_MAX_KV_SPLITS": 64, "_MIN_TOPK_PER_SPLIT": 32, "_SPLIT_MIN_FILL": 0.75}
 #: (tokens, head groups, top-k, SMs) the split heuristic of a tree with `_choose_num_kv_splits` is asked about
 SPLIT_QUESTIONS = (
     (64, 1, 2048, 132),
@@ -313,6 +323,34 @@ def _sparse_mla_heads(mods: dict, g: torch.Generator, heads: int) -> dict:
     return dict(q=q, kv=kv, indices=indices, sm_scale=p["sm_scale"], outputs=out)
 
 
+def _sparse_mla_many_splits(mods: dict, g: torch.Generator) -> dict:
+    """The `SPARSE_MANY_SPLITS` case: inputs, the outputs at 64 splits and at the policy's choice, the fault."""
+    p = SPARSE_MANY_SPLITS
+    t, h, s, topk = p["tokens"], p["heads"], p["slots"], p["topk"]
+    q = torch.randn(t, h, 576, generator=g).to(torch.bfloat16)
+    kv = torch.randn(s, 1, 576, generator=g).to(torch.bfloat16)
+    idx = torch.stack([torch.randperm(s, generator=g)[:topk] for _ in range(t)]).to(torch.int32)
+    idx[0, 0], idx[0, 9] = s - 1, idx[0, 5]
+    idx[0, -700:] = -1
+    idx[1, :] = -1
+    idx[2, :] = -1
+    idx[2, 2000] = p["slot"]
+    indices = idx[:, None, :].contiguous()
+    mod = mods["triton_mla_sparse_kernel"]
+    run = mod.triton_mla_sparse_attention
+    out = {"splits_64": run(q, kv, indices, p["sm_scale"], num_kv_splits=64)}
+    if all(hasattr(mod, name) for name in MANY_SPLITS_POLICY):
+        for name, value in MANY_SPLITS_POLICY.items():
+            setattr(mod, name, value)
+        chosen = mod._choose_num_kv_splits(t, 1, topk, p["sm_count"])
+        out["splits_policy"] = run(q, kv, indices, p["sm_scale"], sm_count=p["sm_count"])
+    else:
+        chosen = None
+    shifted = torch.where(indices >= 0, (indices + 1) % s, indices)
+    out["faulty"] = run(q, kv, shifted, p["sm_scale"], num_kv_splits=64)
+    return dict(q=q, kv=kv, indices=indices, sm_scale=p["sm_scale"], outputs=out, policy_splits=chosen)
+
+
 def _split_choices(mods: dict) -> dict:
     """The tree's split count for each of SPLIT_QUESTIONS, and heads per program for a few head counts where the
     tree has `_block_h` (the candidate kernel)."""
@@ -329,11 +367,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--paged-only", action="store_true", help="run only the paged decode logits cases")
     ap.add_argument("--sparse-heads", default="", help="e.g. 8,20,64: run only the sparse-MLA cases at these heads")
+    ap.add_argument("--sparse-many-splits", action="store_true", help="run only the sparse MLA at 32 and 64 splits")
     args = ap.parse_args(argv)
     patch = [_widen_bf16_dot_operands(), _scalar_loop_bounds()]
     mods = _kernels(args.tree)
     configs = {name: _first_config_only(mod) for name, mod in mods.items()}
     g = torch.Generator().manual_seed(20261202)
+    if args.sparse_many_splits:
+        case = _sparse_mla_many_splits(mods, g)
+        torch.save(dict(configs=configs, interpreter_patch=patch, sparse_many_splits=case), args.out)
+        return 0
     if args.sparse_heads:
         heads = [int(h) for h in args.sparse_heads.split(",")]
         cases = {h: _sparse_mla_heads(mods, g, h) for h in heads}

@@ -3,11 +3,13 @@ memory, and whether the gathered KV tile is copied asynchronously and double-buf
 
 A lab script (lab/candidates/README.md). Triton compiles to PTX without a GPU and the `ptxas` its wheel ships
 assembles it; `cuobjdump --dump-resource-usage` (also in the wheel) reads the registers and the spill stack. The
-arguments are specialized as Triton's launcher specializes them for the real shapes (every pointer and integer
-divisible by 16: strides 576 / 512 / 2,048, 64 heads), so the loads vectorize as they do on the GPU; without it the
-gathers compile to 2-byte loads and the figures mean nothing. A compile, not a timing:
+arguments are specialized as Triton's launcher specializes them for the real shapes (every pointer, and each integer
+whose value there is a multiple of 16: strides 576 / 512 / 2,048, 64 heads; not the split kernel's mid-buffer
+strides, multiples of 513), so the loads and stores vectorize as they do on the GPU; without it the gathers compile
+to 2-byte loads and the figures mean nothing. A compile, not a timing:
 
-    python3 lab/candidates/sm80_resources.py --tree DIR [--kernel final|split] [--config 64:32:8:5 ...] [--json]
+    python3 lab/candidates/sm80_resources.py --tree DIR [--kernel final|split [--splits 16,32,64]] \\
+        [--config 64:32:8:5 ...] [--json]
 
 DIR holds vllm/v1/attention/ops/triton_mla_sparse_kernel.py (and mqa_logits_triton.py, which the loader wants; it
 may be empty). A config is heads:BLOCK_N:num_warps:num_stages; the default is each autotune config of the tree at
@@ -23,6 +25,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,8 +37,42 @@ A100_SHARED_BYTES = 166_912
 LOGE2 = 0.6931471805599453
 
 
-def _signature(fn) -> tuple[dict, dict]:
-    """Argument types and the launcher's divisibility-16 specialization for every argument but the float scale."""
+@contextmanager
+def _no_disk_cache():
+    """Triton compiles afresh inside the block (its disk cache would answer a repeat compile in milliseconds)."""
+    from triton import knobs
+
+    with knobs.compilation.scope():
+        knobs.compilation.always_compile = True
+        yield
+
+
+def _int_arguments(heads: int, splits: int, topk: int = 2048) -> dict:
+    """Each integer argument's value at the real shape (64 heads, top-k 2048, 600,000 KV slots), as the wrapper
+    passes it: the q / kv / out / indices strides, and the split kernel's fp32 mid buffer [tokens, heads, splits,
+    513] (512 output lanes and the LSE), whose strides are multiples of 513."""
+    mid_split = 512 + 1
+    return {
+        "seq_kv": 600_000,
+        "h_q": heads,
+        "stride_q_token": heads * 576,
+        "stride_q_head": 576,
+        "stride_kv_token": 576,
+        "stride_kv_head": 576,
+        "stride_out_token": heads * 512,
+        "stride_out_head": 512,
+        "stride_indices_token": topk,
+        "stride_indices_head": topk,
+        "stride_mid_token": heads * splits * mid_split,
+        "stride_mid_head": splits * mid_split,
+        "stride_mid_split": mid_split,
+    }
+
+
+def _signature(fn, ints: dict) -> tuple[dict, dict]:
+    """Argument types, and the launcher's divisibility-16 specialization: every pointer (torch's allocations are
+    aligned) and each integer in `ints` whose value is a multiple of 16. The mid buffer's 513-float rows are not, so
+    the split kernel's partial outputs are stored 4 bytes at a time, as on the GPU."""
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in ("q_buffer", "k_buffer", "out_ptr"):
@@ -47,8 +85,9 @@ def _signature(fn) -> tuple[dict, dict]:
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
-        if name != "sm_scale":
-            attrs[(i,)] = [["tt.divisibility", 16]]
+        if sig[name].startswith("*") or ints.get(name, 16) % 16 == 0:
+            if name != "sm_scale":
+                attrs[(i,)] = [["tt.divisibility", 16]]
     return sig, attrs
 
 
@@ -62,8 +101,11 @@ def _constants(mod, fn, heads: int, block_n: int, splits: int) -> dict:
     return {k: v for k, v in c.items() if k in fn.arg_names}
 
 
-def resources(tree: Path, kernel: str, heads: int, block_n: int, num_warps: int, num_stages: int) -> dict:
-    """Compile one config of `kernel` ("final" or "split", 2 splits) for sm_80; what it costs."""
+def resources(
+    tree: Path, kernel: str, heads: int, block_n: int, num_warps: int, num_stages: int, splits: int = 2
+) -> dict:
+    """Compile one config of `kernel` ("final" or "split", at `splits` splits) for sm_80; what it costs, and the
+    compile's seconds (Triton to PTX, ptxas to the cubin; the disk cache would hide them, so it is bypassed)."""
     import triton
     from kernel_offsets import install_vllm_shim
     from triton.backends.compiler import GPUTarget
@@ -71,14 +113,17 @@ def resources(tree: Path, kernel: str, heads: int, block_n: int, num_warps: int,
 
     mod = install_vllm_shim(tree)["triton_mla_sparse_kernel"]
     fn = getattr(mod, f"_sparse_mla_kernel_{kernel}").fn
-    sig, attrs = _signature(fn)
-    consts = _constants(mod, fn, heads, block_n, 2)
+    sig, attrs = _signature(fn, _int_arguments(heads, splits))
+    consts = _constants(mod, fn, heads, block_n, splits)
     sig.update({k: "constexpr" for k in consts})
-    compiled = triton.compile(
-        ASTSource(fn, sig, consts, attrs),
-        target=GPUTarget("cuda", 80, 32),
-        options={"num_warps": num_warps, "num_stages": num_stages},
-    )
+    start = time.perf_counter()
+    with _no_disk_cache():
+        compiled = triton.compile(
+            ASTSource(fn, sig, consts, attrs),
+            target=GPUTarget("cuda", 80, 32),
+            options={"num_warps": num_warps, "num_stages": num_stages},
+        )
+    seconds = time.perf_counter() - start
     bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     with tempfile.TemporaryDirectory() as scratch:
         cubin = Path(scratch) / "kernel.cubin"
@@ -96,10 +141,12 @@ def resources(tree: Path, kernel: str, heads: int, block_n: int, num_warps: int,
     # the KV tile's shared buffers: `<S x BLOCK_N x ...xbf16` allocations S deep (S = 2: double-buffered)
     depths = [int(d) for d in re.findall(rf"memdesc<(\d+)x{block_n}x\d+xbf16", ttgir)]
     vectors = [int(v) for v in re.findall(r"ld\.global[.\w]*\.v(\d)\.b32", compiled.asm["ptx"])]
+    stores = [int(v) for v in re.findall(r"st\.global[.\w]*\.v(\d)\.b32", compiled.asm["ptx"])]
     return {
         "tree": str(tree),
         "kernel": kernel,
         "heads": heads,
+        "splits": splits if kernel == "split" else 1,
         "block_h": consts["BLOCK_H"],
         "block_n": block_n,
         "num_warps": num_warps,
@@ -111,6 +158,8 @@ def resources(tree: Path, kernel: str, heads: int, block_n: int, num_warps: int,
         "kv_async_copy": bool(re.search(r"async_copy_global_to_local[^\n]*x!tt\.ptr<bf16>", ttgir)),
         "kv_buffers": max(depths, default=0),
         "widest_global_load": 4 * max(vectors, default=1),  # bytes: ld.global.v4.b32 is 16
+        "widest_global_store": 4 * max(stores, default=1),
+        "compile_seconds": round(seconds, 2),
     }
 
 
@@ -119,8 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", type=Path, required=True)
     ap.add_argument("--kernel", choices=("final", "split"), default="final")
     ap.add_argument("--config", action="append", help="heads:BLOCK_N:num_warps:num_stages (repeat)")
+    ap.add_argument("--splits", default="2", help="the split kernel at each of these split counts, e.g. 16,32,64")
     ap.add_argument("--json", action="store_true", help="one JSON object a line")
     args = ap.parse_args(argv)
+    try:
+        split_counts = [int(s) for s in args.splits.split(",")] if args.kernel == "split" else [1]
+    except ValueError:
+        ap.error(f"--splits {args.splits!r}: want split counts, e.g. 16,32,64")
     configs = args.config
     if not configs:
         from kernel_offsets import install_vllm_shim
@@ -133,15 +187,18 @@ def main(argv: list[str] | None = None) -> int:
             heads, block_n, warps, stages = (int(x) for x in spec.split(":"))
         except ValueError:
             ap.error(f"--config {spec!r}: want heads:BLOCK_N:num_warps:num_stages, e.g. 64:32:8:5")
-        r = resources(args.tree, args.kernel, heads, block_n, warps, stages)
-        if args.json:
-            print(json.dumps(r), flush=True)
-        else:
+        for splits in split_counts:
+            r = resources(args.tree, args.kernel, heads, block_n, warps, stages, splits)
+            if args.json:
+                print(json.dumps(r), flush=True)
+                continue
             print(
-                f"{args.kernel} {heads} heads ({r['block_h']} a program) BLOCK_N {block_n} {warps} warps {stages} "
-                f"stages: {r['registers']} registers, {r['spill_stack_bytes']} B spilled, {r['shared_bytes']} B shared"
+                f"{args.kernel}{f' x{splits}' if args.kernel == 'split' else ''} {heads} heads ({r['block_h']} a "
+                f"program) BLOCK_N {block_n} {warps} warps {stages} stages: {r['registers']} registers, "
+                f"{r['spill_stack_bytes']} B spilled, {r['shared_bytes']} B shared"
                 f"{'' if r['fits_a100'] else ' (over an A100)'}, KV tile {r['kv_buffers']}-deep"
-                f"{' async' if r['kv_async_copy'] else ''}, {r['widest_global_load']}-byte loads",
+                f"{' async' if r['kv_async_copy'] else ''}, {r['widest_global_load']}-byte loads, "
+                f"{r['widest_global_store']}-byte stores, compiled in {r['compile_seconds']} s",
                 flush=True,
             )
     return 0

@@ -17,7 +17,8 @@ low offset (the control, which must pass on both trees) and past 2**31:
 - `prefill`: M rows x N keys of fp32 logits, 512 x 270,000 / 8,192 x 270,000 (2.2e9 elements > 2**31), rows
   0, 1, M-2, M-1 checked;
 - `sparse_mla`: 2 tokens x 64 heads x top-k 2048 over a flat bf16 KV of 3,800,000 slots x 576, the indices at
-  slots below 100,000 / from 3,740,000 (slot 3,728,271 is the first past 2**31 elements), single-pass and split-KV.
+  slots below 100,000 / from 3,740,000 (slot 3,728,271 is the first past 2**31 elements), single-pass and split-KV
+  (`--mla-splits`, default 1,4: the split counts it runs).
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def case_prefill(mods, where: str) -> dict:
     return out
 
 
-def case_sparse_mla(mods, where: str) -> dict:
+def case_sparse_mla(mods, where: str, splits_list: tuple[int, ...] = (1, 4)) -> dict:
     import torch
 
     torch.manual_seed(0)
@@ -180,7 +181,7 @@ def case_sparse_mla(mods, where: str) -> dict:
     s[:, :, -16:] = float("-inf")
     want = torch.einsum("thk,tkd->thd", s.softmax(-1), sel[..., :512])
     out = {"first_slot": lo, "element_offset_of_first": lo * 576}
-    for splits in (1, 4):
+    for splits in splits_list:
         got = mods["triton_mla_sparse_kernel"].triton_mla_sparse_attention(
             q, kv, indices, sm_scale, num_kv_splits=splits
         )
@@ -189,7 +190,7 @@ def case_sparse_mla(mods, where: str) -> dict:
     return out
 
 
-def run_one(root: Path, case: str, sm80_ptx: bool = False) -> dict:
+def run_one(root: Path, case: str, sm80_ptx: bool = False, mla_splits: tuple[int, ...] = (1, 4)) -> dict:
     kind, where = case.split(":")
     compiled: list[dict] = []
     if sm80_ptx:
@@ -198,9 +199,10 @@ def run_one(root: Path, case: str, sm80_ptx: bool = False) -> dict:
         enable(compiled)
     mods = load_kernels(root)
     t0 = time.time()
-    result = {"case_paged_decode": case_paged_decode, "case_prefill": case_prefill, "case_sparse_mla": case_sparse_mla}[
-        f"case_{kind}"
-    ](mods, where)
+    if kind == "sparse_mla":
+        result = case_sparse_mla(mods, where, mla_splits)
+    else:
+        result = {"paged_decode": case_paged_decode, "prefill": case_prefill}[kind](mods, where)
     checks = [v for v in result.values() if isinstance(v, dict)]
     outcome = "pass" if all(c["ok"] for c in checks) else "mismatch"
     return {"outcome": outcome, "seconds": time.time() - t0, "sm80_ptx": sm80_ptx, "compiled": compiled, **result}
@@ -213,17 +215,23 @@ def main() -> int:
     ap.add_argument(
         "--sm80-ptx", action="store_true", help="compile for sm_80 and assemble that PTX (lab/device/sm80_ptx.py)"
     )
+    ap.add_argument("--mla-splits", default="1,4", help="split counts of the sparse_mla cases, e.g. 1,16,64")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    try:
+        mla_splits = tuple(int(s) for s in args.mla_splits.split(","))
+    except ValueError:
+        ap.error(f"--mla-splits {args.mla_splits!r}: want split counts, e.g. 1,16,64")
     if args.one:
-        print("RESULT " + json.dumps(run_one(args.tree[0], args.case[0], args.sm80_ptx)), flush=True)
+        print("RESULT " + json.dumps(run_one(args.tree[0], args.case[0], args.sm80_ptx, mla_splits)), flush=True)
         return 0
     results = []
     for root in args.tree:
         for case in args.case or CASES:
             cmd = [sys.executable, __file__, "--one", "--tree", str(root), "--case", case]
             cmd += ["--sm80-ptx"] if args.sm80_ptx else []
+            cmd += ["--mla-splits", args.mla_splits]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode == 0 and lines:

@@ -375,3 +375,78 @@ def test_the_sparse_mla_prefill_section_runs_the_kernel_and_writes_its_row(tmp_p
     assert row["flops"] == 2 * 3 * 20 * 64 * 1_088
     assert row["ms"] > 0 and row["share_of_flops_peak"] == row["flops"] / (row["ms"] * 1e-3) / 989e12
     assert row["out"]["shape"] == [3, 20, 512] and row["out"]["finite"] and row["out"]["max_abs"] > 0.01
+
+
+# --- the sparse-MLA candidate's sweep (lab/candidates/): policies, launches, rows ----------------------------------
+
+
+def test_the_sparse_mla_rows_cover_the_issues_shapes():
+    # issue 40's targets: batch 1, 8, 32 and 64 rows at GLM-5 TP1 (64 heads) and DeepSeek-V3.2 (128 heads), top-k 2048
+    # first, so that a run cut short has them
+    assert dk.MLA[:2] == [("GLM-5 TP1", 64), ("DSv3.2 TP1", 128)]
+    assert dk.MLA_ROWS == [1, 8, 32, 64] and dk.TOPK == 2048
+
+
+def test_policies_are_every_combination_of_the_values_given():
+    options = {"mla_max_block_h": "32,64", "mla_max_splits": "", "mla_min_split": "32", "mla_split_fill": "0.75,1.5"}
+    got = dk.mla_policies(options)
+    assert list(got) == ["bh32/min32/fill0.75", "bh32/min32/fill1.5", "bh64/min32/fill0.75", "bh64/min32/fill1.5"]
+    assert got["bh64/min32/fill1.5"] == {"_MAX_BLOCK_H": 64, "_MIN_TOPK_PER_SPLIT": 32, "_SPLIT_MIN_FILL": 1.5}
+    assert dk.mla_policies({}) == {} and dk.mla_policies({"mla_max_splits": " , "}) == {}
+    with pytest.raises(ValueError, match=r"--mla-max-splits '16,x': 'x' is not an integer"):
+        dk.mla_policies({"mla_max_splits": "16,x"})
+    with pytest.raises(ValueError, match=r"--mla-split-fill '0': '0' is not positive"):
+        dk.mla_policies({"mla_split_fill": "0"})
+
+
+class _Kernel:
+    """A stand-in kernel module with the candidate's rules: heads a program the power of two at or above the heads
+    (16-64), splits doubling until rows x groups x splits reach `_SPLIT_MIN_FILL` x SMs, at most `_MAX_KV_SPLITS`."""
+
+    _MAX_BLOCK_H, _MAX_KV_SPLITS, _SPLIT_MIN_FILL = 64, 16, 0.75
+
+    def _block_h(self, heads):
+        return max(16, min(self._MAX_BLOCK_H, 1 << (heads - 1).bit_length()))
+
+    def _choose_num_kv_splits(self, rows, groups, topk, sms):
+        s = 1
+        while s < self._MAX_KV_SPLITS and rows * groups * s < self._SPLIT_MIN_FILL * sms:
+            s *= 2
+        return s
+
+
+def test_the_plan_times_each_distinct_launch_once_and_restores_the_module():
+    mod = _Kernel()
+    policies = dk.mla_policies({"mla_max_block_h": "16,32,64", "mla_max_splits": "16,64"})
+    plan = dk.mla_plan(mod, policies, rows=1, heads=64, topk=2048, sm_count=132)
+    # 16 heads a program: 4 groups, 32 splits cover 99 SMs (16 at most: 16); 32: 2 groups; 64: 1 group
+    assert [(launch["block_h"], launch["splits"], chosen) for launch, chosen in plan] == [
+        (16, 16, ["bh16/kv16"]), (16, 32, ["bh16/kv64"]), (32, 16, ["bh32/kv16"]), (32, 64, ["bh32/kv64"]),
+        (64, 16, ["bh64/kv16"]), (64, 64, ["bh64/kv64"]),
+    ]  # fmt: skip
+    assert plan[-1][0] == {"block_h": 64, "head_groups": 1, "splits": 64, "programs": 64}
+    assert (mod._MAX_BLOCK_H, mod._MAX_KV_SPLITS) == (64, 16)
+    # 8 heads: every heads-per-program value is 16, so three policies share each launch
+    plan = dk.mla_plan(mod, policies, rows=1, heads=8, topk=2048, sm_count=132)
+    assert [(launch["splits"], len(chosen)) for launch, chosen in plan] == [(16, 3), (64, 3)]
+    # a module without the policies' attributes (PR #38476's: `_BLOCK_H`, its own split rule) runs as it is
+    old = type("Composed", (), {"_BLOCK_H": 16, "_choose_num_kv_splits": lambda self, *a: 4})()
+    assert dk.mla_plan(old, policies, 8, 8, 2048, 132) == [
+        ({"block_h": 16, "head_groups": 1, "splits": 4, "programs": 32}, [])
+    ]
+
+
+def test_split_scratch_bytes_by_hand():
+    # one row, 64 heads, 16 splits: 513 fp32 a head and split, written and read back (2 x 64 x 16 x 2,052 B)
+    assert dk.mla_split_scratch_bytes(1, 64, 16) == 4_202_496
+    assert dk.mla_split_scratch_bytes(64, 64, 1) == 0
+
+
+def test_a_bad_sweep_value_is_a_usage_error_before_anything_runs(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "r.json"
+    argv = ["dsa_kernels.py", "--tree", str(tmp_path), "--mla-only", "--mla-min-split", "32,abc", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        dk.main()
+    assert exc.value.code == 2 and "--mla-min-split '32,abc': 'abc' is not an integer" in capsys.readouterr().err
+    assert not out.exists()

@@ -9,7 +9,11 @@ tests/dsa_kernels_interpreted.py runs them with `--sparse-heads` in a subprocess
 interpreter's bf16 `tl.dot` and loop-bound corrections on): 4 tokens at 8, 20 and 64 heads (one program of 16, one
 of 32 with 12 heads masked, one of 64), top-k 64 with -1 padding, a repeated slot, the last slot, a token with no
 valid index and one with a single valid index, single-pass, 2 and 4 splits and the wrapper's own choice, and the
-planted fault (every index one slot on) that must fail.
+planted fault (every index one slot on) that must fail. `--sparse-many-splits` runs the real top-k (2,048) split 64
+ways (32 indices a split) and as the split policy chooses with its run-time attributes set to 64 splits at most and 32
+indices a split at least, on the same kinds of hard rows (marked slow: about 30 s).
+
+The split policy's answers are asked in this process (loading the module runs no kernel).
 
 Interpreter times say nothing about GPU speed: lab/candidates/README.md says how to time the candidate on a GPU.
 """
@@ -146,6 +150,105 @@ def test_heads_per_program_and_split_choices(runs):
     assert before["splits"][(64, 1, 2048, 132)] == 1 and before["splits"][(1, 1, 2048, 132)] == 16
 
 
+@pytest.fixture
+def no_lasting_stand_in(monkeypatch):
+    """`install_vllm_shim` puts a stand-in `vllm` package (no module spec) in sys.modules, which would stay there and
+    break later tests that look vLLM up (`importlib.util.find_spec`)."""
+    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
+    monkeypatch.syspath_prepend(str(REPO / "lab" / "candidates"))
+    monkeypatch.syspath_prepend(str(REPO / "lab" / "device"))
+    yield
+    for name in [n for n in sys.modules if (n == "vllm" or n.startswith("vllm.")) and n not in before]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def candidate_module(tmp_path, no_lasting_stand_in):
+    """The candidate module, loaded in this process (its kernels are not run)."""
+    from kernel_offsets import install_vllm_shim
+
+    _, after = module_texts()
+    return install_vllm_shim(tree_of(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
+
+
+#: (policy attributes, {(tokens, head groups, top-k, SMs): splits}) the policy must answer
+POLICY_CASES = [
+    # the defaults: what `test_heads_per_program_and_split_choices` asks through the interpreter run, and the
+    # warm-up's candidates
+    ({}, {(1, 1, 2048, 132): 16, (64, 1, 2048, 132): 2}),
+    # 64 splits at most, 32 indices a split at least: one token is 64 programs of 32 indices (2048 / 64); two head
+    # groups (128 heads) need 64 too to cover 99 SMs; 8 tokens stop at 16 (128 programs)
+    (
+        {"_MAX_KV_SPLITS": 64, "_MIN_TOPK_PER_SPLIT": 32},
+        {(1, 1, 2048, 132): 64, (1, 2, 2048, 132): 64, (8, 1, 2048, 132): 16, (3, 1, 2048, 108): 32,
+         (1, 1, 256, 132): 8, (200, 1, 2048, 132): 1},
+    ),
+    # the least indices a split binds before the most splits
+    ({"_MAX_KV_SPLITS": 64, "_MIN_TOPK_PER_SPLIT": 128}, {(1, 1, 2048, 132): 16}),
+    ({"_MAX_KV_SPLITS": 32, "_MIN_TOPK_PER_SPLIT": 32}, {(1, 1, 2048, 132): 32}),
+    # values that are not powers of two round down: 2048 // 48 = 42 -> 32 splits (64 indices each, >= 48); at most
+    # 48 -> 32
+    ({"_MAX_KV_SPLITS": 64, "_MIN_TOPK_PER_SPLIT": 48}, {(1, 1, 2048, 132): 32}),
+    ({"_MAX_KV_SPLITS": 48, "_MIN_TOPK_PER_SPLIT": 32}, {(1, 1, 2048, 132): 32}),
+    # a fuller grid: 64 tokens split until 198 of 132 x 1.5 SMs are covered
+    ({"_SPLIT_MIN_FILL": 1.5}, {(64, 1, 2048, 132): 4, (128, 1, 2048, 132): 2, (200, 1, 2048, 132): 1}),
+]  # fmt: skip
+
+
+def test_the_split_policy_is_read_at_each_call(candidate_module):
+    mod = candidate_module
+    assert (mod._MAX_KV_SPLITS, mod._MIN_TOPK_PER_SPLIT, mod._SPLIT_MIN_FILL) == (16, 128, 0.75)
+    # the warm-up pre-compiles what the defaults can pick, no more
+    assert mod.KV_SPLITS_CANDIDATES == (1, 2, 4, 8, 16)
+    defaults = {a: getattr(mod, a) for a in ("_MAX_KV_SPLITS", "_MIN_TOPK_PER_SPLIT", "_SPLIT_MIN_FILL")}
+    for attrs, answers in POLICY_CASES:
+        for name, value in {**defaults, **attrs}.items():
+            setattr(mod, name, value)
+        got = {q: mod._choose_num_kv_splits(*q) for q in answers}
+        assert got == answers, attrs
+    # the cache is keyed by the policy too: back at the defaults, the first answer again
+    for name, value in defaults.items():
+        setattr(mod, name, value)
+    assert mod._choose_num_kv_splits(1, 1, 2048, 132) == 16
+
+
+@pytest.fixture(scope="module")
+def many_splits(tmp_path_factory) -> dict:
+    """The candidate's `--sparse-many-splits` run (the real top-k split 32 and 64 ways)."""
+    from dsa_kernels_interpreted import run_interpreted
+
+    tmp = tmp_path_factory.mktemp("candidate-many-splits")
+    _, after = module_texts()
+    run = run_interpreted(tree_of(after, tmp / "after"), tmp / "after.pt", "--sparse-many-splits")
+    return run["sparse_many_splits"]
+
+
+@pytest.mark.slow
+def test_the_real_top_k_in_32_and_64_splits_matches_the_oracle(many_splits):
+    case = many_splits
+    # the policy at 64 splits at most and 32 indices a split at least, 3 tokens on an A100's 108 SMs: 32 splits
+    assert case["policy_splits"] == 32
+    want = reference(case)
+    assert set(case["outputs"]) == {"splits_64", "splits_policy", "faulty"}
+    for path in ("splits_64", "splits_policy"):
+        got = case["outputs"][path]
+        assert got.shape == (3, 8, 512) and got.dtype == torch.bfloat16, (path, got.shape, got.dtype)
+        verdict = o.compare_attention(got, want)
+        # measured max relative error 3.6e-4 / 3.7e-4, min cosine 0.999997
+        assert verdict.passed and verdict.min_cosine > 0.99999 and verdict.max_rel_error < 5e-3, (path, verdict)
+        # no valid index: 0 (every one of its splits empty); one valid index in split 62 of 64 (31 of 32): that
+        # slot's value row, bit for bit, whatever the 63 empty splits hold
+        assert torch.equal(got[1], torch.zeros_like(got[1])), f"{path}: a token with no valid index is not 0"
+        assert torch.equal(got[2], case["kv"][1234, 0, :512].expand(8, 512)), f"{path}: token 2 is not slot 1234's row"
+
+
+@pytest.mark.slow
+def test_the_shifted_indices_fail_at_64_splits(many_splits):
+    bad = o.compare_attention(many_splits["outputs"]["faulty"], reference(many_splits))
+    # measured min cosine 0.03, mean 0.58 (token 1 has no index to shift: 0 either way)
+    assert not bad.passed and bad.min_cosine < 0.5, bad
+
+
 def test_the_candidates_pre_image_is_the_composed_v0_26_0_module():
     # with VLLM_COMPOSE_TEST_TREES only: the patch must apply to what the compose writes (CI has no composed tree;
     # lab/candidates/README.md applies it with `patch -p1` to the compose branch's archive)
@@ -155,9 +258,10 @@ def test_the_candidates_pre_image_is_the_composed_v0_26_0_module():
 
 
 #: benchmarks/dsa_kernels.py's sparse-MLA section on the composed kernel and the candidate, in the interpreter at a
-#: small shape (20 heads, 2 rows, top-k 256 over 300 slots), `--mla-max-block-h 16,32,64` as the lead runs it; the
-#: wrapper's own split choice asks the stand-in for the SM count (132, an H200's): 2 splits for both kernels (256
-#: indices, at least 128 a split). `do_bench` calls once.
+#: small shape (20 heads, 2 rows, top-k 256 over 300 slots), sweeping heads a program 16/32/64 x most splits 16/64 x
+#: least indices a split 32/128 at 132 SMs (an H200's). 12 policies make 4 launches: 16 heads a program (2 groups)
+#: or 32 (bh32 and bh64: 20 heads are 32 rounded up), each in 8 splits (256 / 32, the policy capped by the indices)
+#: or 2 (256 / 128). The composed kernel splits 2 ways too. `do_bench` calls once and says 1 ms.
 BENCH_SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -171,16 +275,16 @@ trees = []
 for root in sys.argv[1:3]:
     mods = install_vllm_shim(Path(root))
     di._first_config_only(mods["triton_mla_sparse_kernel"])
-    mods["triton_mla_sparse_kernel"].num_compute_units = lambda index=0: 132
     trees.append((Path(root).name, mods))
 dk.MLA, dk.MLA_ROWS, dk.TOPK, dk.MLA_SLOTS = [("t", 20)], [2], 256, 300
+policies = dk.mla_policies({"mla_max_block_h": "16,32,64", "mla_max_splits": "16,64", "mla_min_split": "32,128"})
 rows = []
-dk.time_mla_decode(trees, [16, 32, 64], rows.append, lambda fn: (fn(), 1.0)[1], torch, "cpu")
-Path(sys.argv[3]).write_text(json.dumps(rows))
+dk.time_mla_decode(trees, policies, rows.append, lambda fn: (fn(), 1.0)[1], torch, "cpu", 132)
+Path(sys.argv[3]).write_text(json.dumps({"policies": policies, "rows": rows}))
 """
 
 
-def test_the_benchmark_times_the_candidate_at_each_heads_per_program(tmp_path):
+def test_the_benchmark_times_each_launch_the_policies_make_once(tmp_path):
     import json
 
     before, after = module_texts()
@@ -190,27 +294,27 @@ def test_the_benchmark_times_the_candidate_at_each_heads_per_program(tmp_path):
     cmd = [sys.executable, "-c", BENCH_SCRIPT, *map(str, trees), str(out), str(REPO)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
-    assert [r["tree"] for r in rows] == ["before", "after@bh16", "after@bh32", "after@bh64"]
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    assert len(doc["policies"]) == 12
+    launches = ["after@bh16.kv2", "after@bh16.kv8", "after@bh32.kv2", "after@bh32.kv8"]
+    assert [r["tree"] for r in rows] == ["before", *launches]
+    assert "policies" not in rows[0] and rows[0]["launch"] == {"block_h": 16, "head_groups": 2, "splits": 2,
+                                                               "programs": 8}  # fmt: skip
+    assert rows[4]["policies"] == ["bh32/kv16/min32", "bh32/kv64/min32", "bh64/kv16/min32", "bh64/kv64/min32"]
+    assert rows[4]["launch"] == {"block_h": 32, "head_groups": 1, "splits": 8, "programs": 16}
+    assert sorted(p for r in rows[1:] for p in r["policies"]) == sorted(doc["policies"])  # each policy once
     for r in rows:
         assert r["shape"] == "t 20h top-k 256 rows 2" and r["bytes"] == 2 * 256 * (576 * 2 + 4) + 2 * 20 * 1088 * 2
+        # the fp32 partial outputs (512 lanes and the LSE) written and read back
+        assert r["split_scratch_bytes"] == 2 * 2 * 20 * r["launch"]["splits"] * 513 * 4
         # the autotuned kernel that ran (split-KV, then the merge, which is not autotuned) and its config
         assert list(r["autotune"]) == ["_sparse_mla_kernel_split"], r["autotune"]
         assert r["autotune"]["_sparse_mla_kernel_split"]["config"].startswith("BLOCK_N: 32, num_warps: ")
     for r in rows[1:]:
         diff = r["vs_first_tree"]
+        assert diff["speedup"] == 1.0  # the stand-in's 1 ms over 1 ms
         assert diff["finite"] and diff["max_abs_diff"] <= 2**-7 and diff["max_abs_first"] > 0.1, (r["tree"], diff)
-
-
-@pytest.fixture
-def no_lasting_stand_in(monkeypatch):
-    """`sm80_resources` loads the tree through `install_vllm_shim`, whose stand-in `vllm` package (no module spec)
-    would stay in sys.modules and break later tests that look vLLM up (`importlib.util.find_spec`)."""
-    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
-    monkeypatch.syspath_prepend(str(REPO / "lab" / "candidates"))
-    yield
-    for name in [n for n in sys.modules if (n == "vllm" or n.startswith("vllm.")) and n not in before]:
-        del sys.modules[name]
 
 
 def test_the_first_config_builds_for_sm80_without_spills_inside_an_a100s_shared_memory(tmp_path, no_lasting_stand_in):
@@ -224,3 +328,17 @@ def test_the_first_config_builds_for_sm80_without_spills_inside_an_a100s_shared_
     r = resources(tree, "final", heads=64, block_n=32, num_warps=8, num_stages=5)
     assert r["block_h"] == 64 and r["spill_stack_bytes"] == 0 and r["fits_a100"], r
     assert r["kv_async_copy"] and r["kv_buffers"] == 2 and r["widest_global_load"] == 16, r
+
+
+def test_the_split_kernel_builds_for_sm80_at_64_splits_inside_an_a100s_shared_memory(tmp_path, no_lasting_stand_in):
+    # the split kernel at the most splits the policy can be set to, with the launcher's specialization of the real
+    # strides (the fp32 partial rows are 513 floats: 4-byte stores). Measured: 255 registers, 16 B spilled (the
+    # split path's extra offsets), 152,320 B of shared memory, the same at 2, 16 and 32 splits
+    from sm80_resources import resources
+
+    _, after = module_texts()
+    tree = tree_of(after, tmp_path / "after")
+    r = resources(tree, "split", heads=64, block_n=32, num_warps=8, num_stages=5, splits=64)
+    assert r["block_h"] == 64 and r["splits"] == 64 and r["fits_a100"] and r["spill_stack_bytes"] <= 32, r
+    assert r["kv_async_copy"] and r["kv_buffers"] == 2 and r["widest_global_load"] == 16, r
+    assert r["widest_global_store"] == 4, r

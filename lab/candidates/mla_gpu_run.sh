@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The sparse-MLA candidate on one GPU in one call (lab/candidates/README.md says what each phase decides):
+#
+#   OUT=/some/folder bash lab/candidates/mla_gpu_run.sh        # on the device: run(command="bash lab/...")
+#
+# Phases, in order, each under a timeout cut to what is left of DEADLINE seconds, so the call ends inside the device's
+# 10-minute limit with what it measured (every script writes its rows as they finish):
+#   trees    the kernel before (v0260) and the candidate (mla) from the patch's own images (no composed tree needed)
+#   sweep    benchmarks/dsa_kernels.py, both kernels on the same inputs, sm_80 PTX: heads a program x most splits x
+#            least indices a split x SM fill, at 1/8/32/64 rows of GLM-5 TP1, DeepSeek-V3.2 TP1 and their TP8 shapes
+#   decide   lab/candidates/mla_decide.py: the rule; writes the winner's tree (win) and the split counts to check
+#   oracle   lab/device/oracle_kernels.py on the winner and on the kernel before (same inputs): 8 tokens x 64 and
+#            x 128 heads, top-k 2048, at 1, every split count the winner launched and its own choice; the fault
+#   offsets  lab/device/kernel_offsets.py on the winner past 2**31 elements, at 1 and those split counts
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:?set OUT to the folder the results go to}
+DEADLINE=${DEADLINE:-570}
+T=.devkern
+PATCH=lab/candidates/perf-sparse-mla-decode-all-heads.patch
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+
+# run NAME CAP CMD...: CMD under min(CAP, seconds left), its output in $OUT/NAME.log and on stdout; its exit status
+# (124: cut by the timeout) in $OUT/phases.txt
+run() {
+  local name=$1 cap=$2 left=$((DEADLINE - SECONDS))
+  shift 2
+  if ((left < 20)); then
+    echo "$name skipped: ${left}s left" | tee -a "$OUT/phases.txt"
+    return 1
+  fi
+  ((cap > left)) && cap=$left
+  local start=$SECONDS
+  timeout "$cap" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "$name rc=$rc ${cap}s cap, took $((SECONDS - start))s" | tee -a "$OUT/phases.txt"
+  return "$rc"
+}
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$OUT/gpu.txt" 2>&1
+
+rm -rf "$T/v0260" "$T/mla" "$T/win"
+run trees 30 python3 lab/candidates/candidate_patch.py trees "$PATCH" --before "$T/v0260" --after "$T/mla" || exit 1
+
+run sweep 320 python3 benchmarks/dsa_kernels.py --tree "$T/v0260" --tree "$T/mla" --mla-only --sm80-ptx \
+  --mla-max-block-h 16,32,64 --mla-max-splits 16,32,64 --mla-min-split 32,64,128 --mla-split-fill 0.75,1.5 \
+  --out "$OUT/mla_sweep_sm80.json"
+
+run decide 30 python3 lab/candidates/mla_decide.py "$OUT/mla_sweep_sm80.json" --tree "$T/mla" --write "$T/win" \
+  --out "$OUT/mla_decision.json" || exit 1
+[ -d "$T/win" ] || { echo "no winner: no oracle or offset run" | tee -a "$OUT/phases.txt"; exit 0; }
+SPLITS=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['check_splits'])))" \
+  "$OUT/mla_decision.json")
+
+for tree in win v0260; do
+  run "oracle_$tree" 90 python3 lab/device/oracle_kernels.py --tree "$T/$tree" --sparse-mla-only --mla-heads 64,128 \
+    --mla-splits "$SPLITS,auto" --sm80-ptx --out "$OUT/oracle_mla_${tree}_sm80.json"
+done
+
+run offsets 150 python3 lab/device/kernel_offsets.py --tree "$T/win" --case sparse_mla:low --case sparse_mla:high \
+  --mla-splits "$SPLITS" --sm80-ptx --out "$OUT/kernel_offsets_mla_win_sm80.json"
+cp "$T/win/vllm/v1/attention/ops/triton_mla_sparse_kernel.py" "$OUT/winner_triton_mla_sparse_kernel.py"
+echo "done in ${SECONDS}s" | tee -a "$OUT/phases.txt"
