@@ -65,15 +65,28 @@ def predicted_spec_counters(cycle: TokenCycle, prompt: Sequence[int], max_tokens
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be >= 1, got {k}")
     target = expected_tokens(cycle, prompt, max_tokens + k + 1)
-    counters = SpecCounters(num_accepted_tokens_per_pos=[0] * k)
-    emitted = 1  # the prefill step emits the first token and proposes the first drafts
-    while emitted < max_tokens:
-        drafts, t = [], target[emitted - 1]
+
+    def drafts(emitted: int) -> list[int]:
+        out, t = [], target[emitted - 1]
         for _ in range(k):
             t = cycle.draft_next(t)
-            drafts.append(t)
+            out.append(t)
+        return out
+
+    return count_verified_drafts(max_tokens, k, lambda emitted, i: drafts(emitted)[i] == target[emitted + i])
+
+
+def count_verified_drafts(max_tokens: int, k: int, accepted_at) -> SpecCounters:
+    """The counters of one greedy request of `max_tokens` tokens verified `k` drafts a step, as vLLM's scheduler
+    counts them: the prefill step emits the first token and proposes the first drafts; each later step verifies `k`
+    drafts and emits the accepted ones plus one token; a request is verified again while it has fewer than
+    `max_tokens` tokens. `accepted_at(emitted, i)`: whether draft `i` of the step that follows `emitted` tokens is
+    accepted, the drafts before it having been."""
+    counters = SpecCounters(num_accepted_tokens_per_pos=[0] * k)
+    emitted = 1
+    while emitted < max_tokens:
         accepted = 0
-        while accepted < k and drafts[accepted] == target[emitted + accepted]:
+        while accepted < k and accepted_at(emitted, accepted):
             counters.num_accepted_tokens_per_pos[accepted] += 1
             accepted += 1
         counters.num_drafts += 1

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComposeError
-from .expected import SpecCounters
+from .expected import SpecCounters, count_verified_drafts
 from .tinyglm import SPECIAL_TOKENS, TinyGlmSpec, config_dict, tensor_layout
 
 
@@ -460,18 +460,9 @@ def predict_drafts(spec: RecallSpec, prompt: RecallPrompt, max_tokens: int, k: i
         raise RecallModelError(f"num_speculative_tokens must be >= 1, got {k}")
     target = predict(spec, prompt, max_tokens + k + 1)
     shared = bool(spec.shape.extra.get("index_share_for_mtp_iteration"))
-    counters = SpecCounters(num_accepted_tokens_per_pos=[0] * k)
-    emitted = 1
-    while emitted < max_tokens:
-        accepted = 0
-        while accepted < k and (accepted == 0 or not shared) and draft_right(spec, target[emitted + accepted]):
-            counters.num_accepted_tokens_per_pos[accepted] += 1
-            accepted += 1
-        counters.num_drafts += 1
-        counters.num_draft_tokens += k
-        counters.num_accepted_tokens += accepted
-        emitted += accepted + 1
-    return counters
+    return count_verified_drafts(
+        max_tokens, k, lambda emitted, i: (i == 0 or not shared) and draft_right(spec, target[emitted + i])
+    )
 
 
 # --- weights --------------------------------------------------------------------------------------------------------
