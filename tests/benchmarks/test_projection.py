@@ -109,8 +109,8 @@ def test_weights_are_read_at_the_cards_peak_or_at_75_percent_of_it():
 
 def test_tensor_parallelism_pays_two_all_reduces_a_layer_over_the_cards_link():
     clock = _clock(FAST, card="CMP-170HX", tp=8)
-    # a ring over 8 on PCIe 1.1 x4 at 85%: 15 us + 2 x 7/8 x 12,288 B / 0.85e9 B/s, twice a layer
-    one = 0.015 + 2 * 7 / 8 * 12288 / 0.85e9 * 1e3
+    # a ring over 8 on the card's PCIe Gen1 x16 at 85%: 15 us + 2 x 7/8 x 12,288 B / 3.4e9 B/s, twice a layer
+    one = 0.015 + 2 * 7 / 8 * 12288 / 3.4e9 * 1e3
     assert clock.parts(5, 1)[2] == pytest.approx(2 * one)
     assert _clock(FAST).parts(5, 1)[2] == 0.0  # PP: no collectives inside a stage
 
@@ -122,7 +122,7 @@ def test_the_step_is_its_parts_and_the_pp8_hand_offs_relay_the_top_k_at_all_seve
         r = got["rows"][0][end]
         assert r["step_ms"] == pytest.approx(r["weights_ms"] + r["dsa_ms"] + r["links_ms"], abs=1e-3)
         latency = {"fast": 15.0, "slow": 50.0}[end]
-        hand_off = links.pcie("pcie1x4", latency).transfer_ms(2 * 6144 * 2 + 2048 * 4)
+        hand_off = links.pcie("pcie1x16", latency).transfer_ms(2 * 6144 * 2 + 2048 * 4)
         assert r["links_ms"] == pytest.approx(7 * hand_off, abs=1e-3)
         assert r["tok_s"] == pytest.approx(1000 / r["step_ms"], rel=1e-3)
         assert r["mtp_tok_s"] == pytest.approx(1.7 * 1000 / r["mtp_step_ms"], rel=1e-3)

@@ -110,7 +110,7 @@ def test_a_bad_link_name_is_named(spec, needle):
     with pytest.raises(LinkError) as err:
         links.pcie(spec)
     text = str(err.value)
-    assert repr(spec) in text and needle in text and "--link" in text and "pcie1x4" in text  # the hint's example
+    assert repr(spec) in text and needle in text and "--link" in text and "pcie2x4" in text  # the hint's example
 
 
 @pytest.mark.parametrize("gbps", [-1.0, 0, math.nan, math.inf, "3"])
@@ -126,7 +126,7 @@ def test_a_negative_latency_is_named():
 
 
 def test_cards_are_found_by_name_and_an_unknown_one_lists_them():
-    assert cards.card("cmp-170hx").link.name == "pcie1x4"
+    assert cards.card("cmp-170hx").link.name == "pcie1x16"
     assert cards.card("A100-PCIe-80GB").link.name == "pcie4x16"
     assert cards.card("A100-SXM4-80GB").link.gbps == pytest.approx(300 * 0.85)
     with pytest.raises(PlanError) as err:
@@ -331,7 +331,7 @@ def test_the_170hx_case_prints_the_link_section_and_a_verdict(capsys):
     assert run_cli("--card", "CMP-170HX") == ExitCode.OK
     out = capsys.readouterr().out
     assert "VLLM_PP_LAYER_PARTITION=12,10,10,10,10,10,10,6" in out
-    assert "MTP 1 on this link: pcie1x4 (PCIe gen 1 x4: 2.5 GT/s x 4 lanes, 8b/10b = 1 GB/s coded" in out
+    assert "MTP 1 on this link: pcie1x16 (PCIe gen 1 x16: 2.5 GT/s x 16 lanes, 8b/10b = 4 GB/s coded" in out
     assert "1,493 GB/s (CMP-170HX's peak HBM bandwidth: a lower bound on the time)" in out
     assert out.rstrip().splitlines()[-1].startswith("MTP 1 pays on this link at acceptance 0.70: 1.0")
 
@@ -393,8 +393,8 @@ def test_the_link_estimate_needs_mtp(capsys):
 def test_the_user_guides_worked_cases_are_what_pp_plan_prints(capsys):
     guide = (ROOT / "docs" / "user-guide.md").read_text()
     cases = (
-        ["--card", "CMP-170HX", "--link", "pcie1x4", "--layer-ms", "0.45"],
-        ["--card", "CMP-170HX", "--link", "pcie1x4", "--layer-ms", "0.45", "--draft-round-ms", "25"],
+        ["--card", "CMP-170HX", "--link", "pcie2x4", "--layer-ms", "0.45"],
+        ["--card", "CMP-170HX", "--link", "pcie2x4", "--layer-ms", "0.45", "--draft-round-ms", "25"],
         ["--card", "A100-PCIe-80GB", "--link", "pcie4x16", "--layer-ms", "0.33"],
         ["--card", "CMP-170HX"],
     )

@@ -66,9 +66,11 @@ CARDS: dict[str, Card] = {
             "CMP-170HX",
             1493.0,
             8.0,
-            links.pcie("pcie1x4"),
-            "NVIDIA CMP 170HX listing: 8 GB HBM2e, 1,493 GB/s; PCIe 1.1 x4 per public reviews and 170HX serving notes",
-            "the link's generation and width come from reviews, not from NVIDIA; 8 GB a card (64 GB for 8) cannot hold "
+            links.pcie("pcie1x16"),
+            "NVIDIA CMP 170HX listing: 8 GB HBM2e, 1,493 GB/s; PCIe Gen1 x16, the card's own link capability as 170HX "
+            "owners read it with lspci (2.5 GT/s, x16)",
+            "the link is what the card advertises; boxes train it narrower (x8 on bifurcated slots; the community's "
+            "8-card PP8 box runs PCIe Gen2 x4 after a link patch): pass --link for yours; 8 GB a card (64 GB for 8) cannot hold "
             "GLM-5.x's weights, so the published 170HX setups differ from the card as listed; its reported compute "
             "limits are not modelled (bandwidth only)",
         ),

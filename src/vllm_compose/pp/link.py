@@ -46,7 +46,7 @@ HANDOFF_LATENCY_US = 15.0
 
 _PCIE = re.compile(r"pcie(\d+)x(\d+)")
 _PCIE_HINT = (
-    "write pcieGxW: generation 1-5, width 1, 2, 4, 8 or 16, e.g. pcie1x4 (a CMP 170HX), pcie4x16 (an A100 PCIe "
+    "write pcieGxW: generation 1-5, width 1, 2, 4, 8 or 16, e.g. pcie2x4 (a CMP 170HX box), pcie4x16 (an A100 PCIe "
     "card); or pass what a benchmark measured with --link-gbps"
 )
 
