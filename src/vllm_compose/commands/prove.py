@@ -58,15 +58,17 @@ def prove(args) -> int:
             print(f"{name:14} {json.dumps(fields)}")
         return ExitCode.OK
     if args.model_dir is None:
-        raise CommandLineError("--model-dir DIR is required to run suites", hint="e.g. --model-dir /data/recall-glm5")
+        raise CommandLineError(
+            "--model-dir DIR is required to run suites",
+            hint="e.g. --model-dir /data/prove-models (one sub-folder per checkpoint)",
+        )
     names = args.suite or list(proof.DEFAULT_SUITES)
-    dirs = proof.model_dirs(args.model_dir, names)  # an unknown name stops before any model is written
+    models = sorted({proof.model_of(n) for n in names})  # an unknown name stops before any model is written
     quant = "" if args.moe_quant == "none" else args.moe_quant
-    for model in sorted({proof.model_of(n) for n in names}):
+    for model in models:
         shape = args.shape if model == "glm5" else model
         if proof.ensure_model(args.model_dir / model, shape, quant if model == "glm5" else ""):
             print(f"wrote the {shape} model{f' ({quant} experts)' if quant else ''} to {args.model_dir / model}")
-    del dirs
 
     def done(result: dict) -> None:
         label = result["suite"]["label"]

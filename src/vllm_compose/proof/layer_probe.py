@@ -218,8 +218,8 @@ def judge(reference: Any, prompt_tokens: list[int], generated: list[int], logits
                 selections[index] = engine_topk
                 got = engine_topk[rows].to(x.device)
                 if shared:
-                    verdict = {"topk_same_as_last": bool(torch.equal(got, topk)), "topk_passed": None}
-                    verdict["topk_passed"] = verdict["topk_same_as_last"]
+                    same = bool(torch.equal(got, topk))
+                    verdict = {"topk_same_as_last": same, "topk_passed": same}
                 else:
                     verdict = _judge_topk(reference, reference.indexer_logits(w, x, pos, rows), got)
                 topk = got
