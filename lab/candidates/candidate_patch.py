@@ -59,13 +59,10 @@ def images(patch: Path) -> tuple[str, str, str]:
 
 def message_of(patch: Path) -> str:
     """The patch's commit message: its subject (unfolded, without `[PATCH]`), a blank line, its body."""
-    import email
-    import re
+    from vllm_compose.patchfile import parse_patch
 
-    head = patch.read_text().split("\n---\n", 1)[0]
-    msg = email.message_from_string(head.split("\n", 1)[1])
-    subject = re.sub(r"\s+", " ", msg["Subject"]).removeprefix("[PATCH] ")
-    return f"{subject}\n\n{msg.get_payload().rstrip()}\n"
+    header = parse_patch(patch.read_bytes(), patch.name).header
+    return f"{header.subject}\n\n{header.body.rstrip()}\n"
 
 
 def write_tree(root: Path, path: str, text: str) -> Path:

@@ -31,11 +31,13 @@ from release_trees import composed_tree
 torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .ci/run)")
 pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
 
-from vllm_compose.patchfile import parse_patch  # noqa: E402
 from vllm_compose.proof import dsa_oracle as o  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CANDIDATE = REPO / "lab" / "candidates" / "perf-sparse-mla-decode-all-heads.patch"
+sys.path.insert(0, str(CANDIDATE.parent))
+import candidate_patch  # noqa: E402  (lab/candidates/candidate_patch.py: the patch's two images)
+
 SPARSE_FILE = "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
 HEADS = (8, 20, 64)
 PATHS = ("splits_1", "splits_2", "splits_4", "splits_auto")
@@ -43,13 +45,8 @@ PATHS = ("splits_1", "splits_2", "splits_4", "splits_auto")
 
 def module_texts() -> tuple[str, str]:
     """(pre-image, post-image) of the candidate's one hunk: the composed module and the candidate module."""
-    patch = parse_patch(CANDIDATE.read_bytes(), CANDIDATE.name)
-    (fp,) = patch.files
-    assert fp.path == SPARSE_FILE
-    (hunk,) = fp.hunks
-    # each image is a runnable module only if the hunk spans the whole file
-    assert (hunk.old_start, hunk.new_start) == (1, 1), hunk.header
-    before, after = ("\n".join(lines) + "\n" for lines in (hunk.pre_image, hunk.post_image))
+    path, before, after = candidate_patch.images(CANDIDATE)  # each image a whole module: the hunk spans the file
+    assert path == SPARSE_FILE
     for text in (before, after):
         assert "def triton_mla_sparse_attention(" in text and text.rstrip().endswith("return out")
     return before, after
