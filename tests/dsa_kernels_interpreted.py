@@ -282,12 +282,20 @@ def _prefill(mods: dict, g: torch.Generator) -> dict:
     return dict(q=q, k=k, k_scale=scale, weights=w, ks=ks, ke=ke, logits=logits)
 
 
+def _sparse_inputs(g: torch.Generator, t: int, h: int, s: int, topk: int, drawn_from: int | None = None):
+    """Random bf16 queries [t, h, 576] and latent cache [s, 1, 576], and each token's `topk` distinct slots drawn
+    from the first `drawn_from` (default all `s`), int32 [t, topk]; drawn in that order from `g`."""
+    q = torch.randn(t, h, 576, generator=g).to(torch.bfloat16)
+    kv = torch.randn(s, 1, 576, generator=g).to(torch.bfloat16)
+    n = s if drawn_from is None else drawn_from
+    idx = torch.stack([torch.randperm(n, generator=g)[:topk] for _ in range(t)]).to(torch.int32)
+    return q, kv, idx
+
+
 def _sparse_mla(mods: dict, g: torch.Generator) -> dict:
     p = SPARSE
     t, h, s, topk = p["tokens"], p["heads"], p["slots"], p["topk"]
-    q = torch.randn(t, h, 576, generator=g).to(torch.bfloat16)
-    kv = torch.randn(s, 1, 576, generator=g).to(torch.bfloat16)
-    idx = torch.stack([torch.randperm(s - 1, generator=g)[:topk] for _ in range(t)]).to(torch.int32)
+    q, kv, idx = _sparse_inputs(g, t, h, s, topk, drawn_from=s - 1)
     idx[1, -7:] = -1
     idx[2, 1:] = -1
     indices = idx[:, None, :].contiguous()
@@ -306,9 +314,7 @@ def _sparse_mla_heads(mods: dict, g: torch.Generator, heads: int) -> dict:
     """The `SPARSE_BY_HEADS` case at `heads` query heads: inputs, outputs of each path, the planted fault."""
     p = SPARSE_BY_HEADS
     t, s, topk = p["tokens"], p["slots"], p["topk"]
-    q = torch.randn(t, heads, 576, generator=g).to(torch.bfloat16)
-    kv = torch.randn(s, 1, 576, generator=g).to(torch.bfloat16)
-    idx = torch.stack([torch.randperm(s, generator=g)[:topk] for _ in range(t)]).to(torch.int32)
+    q, kv, idx = _sparse_inputs(g, t, heads, s, topk)
     idx[0, 0], idx[0, 9] = s - 1, idx[0, 5]
     idx[1, -23:] = -1
     idx[2, :] = -1
@@ -327,9 +333,7 @@ def _sparse_mla_many_splits(mods: dict, g: torch.Generator) -> dict:
     """The `SPARSE_MANY_SPLITS` case: inputs, the outputs at 64 splits and at the policy's choice, the fault."""
     p = SPARSE_MANY_SPLITS
     t, h, s, topk = p["tokens"], p["heads"], p["slots"], p["topk"]
-    q = torch.randn(t, h, 576, generator=g).to(torch.bfloat16)
-    kv = torch.randn(s, 1, 576, generator=g).to(torch.bfloat16)
-    idx = torch.stack([torch.randperm(s, generator=g)[:topk] for _ in range(t)]).to(torch.int32)
+    q, kv, idx = _sparse_inputs(g, t, h, s, topk)
     idx[0, 0], idx[0, 9] = s - 1, idx[0, 5]
     idx[0, -700:] = -1
     idx[1, :] = -1
