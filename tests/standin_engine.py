@@ -7,7 +7,9 @@ IndexCache's shared layers read the top-k of the last layer that computed one in
 `hidden_states=`, a `logits_processor`) and with the attributes of vLLM's DeepseekV32 attention that
 `engine_faults.install_model_fault` changes, read at every call as vLLM reads them: `impl.softmax_scale`, the fused
 Q/KV A projection `fused_qkv_a_proj` ([q_lora_rank + kv_lora_rank + rope] rows), `kv_a_layernorm.weight`,
-`indexer.softmax_scale` (scaling the indexer's head weights) and `_index_rope_interleave`. Its arithmetic is
+`indexer.softmax_scale` (scaling the indexer's head weights) and `_index_rope_interleave` (v0.33.0 on). With
+`shared_rope` it is the older layout instead: no `_index_rope_interleave`, and every indexer reads one RoPE module's
+`is_neox_style` (vLLM's `get_rope` caches its modules, so the layers share one). Its arithmetic is
 `CheckpointReference`'s, so unfaulted it is exactly the reference.
 """
 
@@ -53,9 +55,12 @@ class Attention(torch.nn.Module):
         has_indexer = "indexer.wk.weight" in self.base
         self.indexer = _Indexer(ref.index_dim) if has_indexer else None
         self._index_scale0 = ref.index_dim**-0.5
-        self._index_rope_interleave = ref.index_interleaved
-        self.indexer_rope_emb = torch.nn.Module()
-        self.indexer_rope_emb.is_neox_style = not ref.index_interleaved
+        if engine.shared_rope is not None:
+            self.indexer_rope_emb = engine.shared_rope
+        else:
+            self._index_rope_interleave = ref.index_interleaved
+            self.indexer_rope_emb = torch.nn.Module()
+            self.indexer_rope_emb.is_neox_style = not ref.index_interleaved
         if engine.buffer is not None:
             self.topk_indices_buffer = engine.buffer
         self.xs: list = []
@@ -65,7 +70,11 @@ class Attention(torch.nn.Module):
         """The reference as this module's attributes now set it, and the layer's weights as the engine holds them."""
         view = copy.copy(self.engine.ref)
         view.scale = self.impl.softmax_scale
-        view.index_interleaved = self._index_rope_interleave
+        view.index_interleaved = (
+            not self.indexer_rope_emb.is_neox_style
+            if self.engine.shared_rope is not None
+            else self._index_rope_interleave
+        )
         w = dict(self.base)
         fused = self.fused_qkv_a_proj.weight
         w["q_a_proj.weight"], w["kv_a_proj_with_mqa.weight"] = fused[: self.q_lora], fused[self.q_lora :]
@@ -106,11 +115,23 @@ class _Identity(torch.nn.Module):
 
 class Engine(torch.nn.Module):
     """`topk_edit(layer, topk)`: change a layer's own selection (a fault); `buffer`: keep vLLM's top-k buffer on the
-    attention modules (False: a release that keeps none there)."""
+    attention modules (False: a release that keeps none there); `shared_rope`: the layout before v0.33.0 (one RoPE
+    module for every indexer, no `_index_rope_interleave`)."""
 
-    def __init__(self, ref: CheckpointReference, topk_edit=None, buffer: bool = True, max_tokens: int = 4096):
+    def __init__(
+        self,
+        ref: CheckpointReference,
+        topk_edit=None,
+        buffer: bool = True,
+        max_tokens: int = 4096,
+        shared_rope: bool = False,
+    ):
         super().__init__()
         self.ref, self.topk_edit, self.topk = ref, topk_edit, None
+        self.shared_rope = None
+        if shared_rope:
+            self.shared_rope = torch.nn.Module()
+            self.shared_rope.is_neox_style = not ref.index_interleaved
         self.buffer = torch.full((max_tokens, ref.index_topk), -1, dtype=torch.int32) if buffer else None
         self.model = torch.nn.Module()
         self.model.layers = torch.nn.ModuleList(_Layer(self, n) for n in range(ref.layers))

@@ -73,10 +73,14 @@ CACHE = Path(os.environ.get("VC_STAGE_CACHE", "/tmp/vc-stage-cache"))
 #: Triton indexer fallback) and the Blackwell FMHA sources
 EXCLUDE = re.compile(r"(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/(deep_gemm|fmha_sm100)/")
 #: `build --native`: the native Hopper DSA path as well (FLASHMLA_SPARSE with DeepGEMM's indexer logits), for the
-#: oracle's second opinion on the GPU's own capability: DeepGEMM's Python and JIT headers stay in, and these compiled
+#: oracle's second opinion on the GPU's own capability: DeepGEMM's Python and the CUDA headers its JIT compiles
+#: from (`deep_gemm/include/**.cuh`: without them its first call fails, "Failed to open: .../sm90_fp8_mqa_logits.cuh")
+#: stay in, and these compiled
 #: objects of the stock wheel are carried (FlashMLA's ops; DeepGEMM's extension for the device's cp312, or the
 #: abi3 one later releases ship)
-EXCLUDE_NATIVE = re.compile(r"(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/fmha_sm100/")
+EXCLUDE_NATIVE = re.compile(
+    r"^(?!vllm/third_party/deep_gemm/).*(\.cu|\.cuh)$|^vllm/vllm-rs$|^vllm/third_party/fmha_sm100/"
+)
 NATIVE_OBJECTS = re.compile(
     r"^vllm/_flashmla(_extension)?_C\.abi3\.so$|^vllm/third_party/deep_gemm/_C(_extension\.abi3|\.cpython-312-[^/]+)\.so$"
 )

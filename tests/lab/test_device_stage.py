@@ -164,6 +164,15 @@ def test_native_carries_flashmla_and_deep_gemm_for_the_devices_python_only(input
         assert not (vllm / "kernels" / "k.cu").exists()
 
 
+def test_native_keeps_deep_gemms_jit_headers_and_drops_other_cuda_sources():
+    stage = _load_stage()
+    keep = "vllm/third_party/deep_gemm/include/deep_gemm/impls/sm90_fp8_mqa_logits.cuh"
+    assert not stage.EXCLUDE_NATIVE.search(keep)
+    assert stage.EXCLUDE.search(keep)  # the sm_80 payload carries no DeepGEMM at all
+    for dropped in ("vllm/csrc/attention/x.cu", "vllm/x.cuh", "vllm/third_party/fmha_sm100/a.py", "vllm/vllm-rs"):
+        assert stage.EXCLUDE_NATIVE.search(dropped), dropped
+
+
 def test_native_refuses_a_wheel_without_the_native_objects(tmp_path):
     stage = _load_stage()
     wheel = _wheel(tmp_path, "vllm", "0.99.0", {"vllm/__init__.py": b"", "vllm/_flashmla_C.abi3.so": b"x"})

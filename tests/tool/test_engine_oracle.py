@@ -316,6 +316,21 @@ def test_a_kernel_bug_is_caught_without_a_corruption(fake_vllm):
     assert s["checks"]["decode_topk"]["failed"] == 1
     first = s["checks"]["decode_logits"]["layers"]["model.layers.0.self_attn.attn"]["first_failure"]
     assert first["max_rel_error"] > 0.01
+    # the failed top-k row says where it went wrong: picks the reference left out, with their reference logits
+    diag = s["checks"]["decode_topk"]["layers"]["model.layers.0.self_attn.attn"]["first_failure"]["diagnosis"]
+    assert diag["picks_left_out"] > 0 and diag["left_out_logits"]["max"] <= diag["reference_max"], diag
+    assert diag["context_len"] > 0 and diag["picks_past_row"] == 0, diag
+
+
+def test_a_top_k_row_diagnosis_names_padding_picks_past_the_row_and_left_out_logits():
+    import torch
+
+    ref = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0, float("-inf")])
+    d = eo._topk_diagnosis(torch.tensor([0, 4, 5, -1, 9]), torch.tensor([0, 1, 2, 3, -1]), ref, torch)
+    assert d["finite_columns"] == 5 and d["reference_kth"] == 2.0 and d["reference_max"] == 5.0
+    assert (d["padding_picks"], d["picks_past_row"], d["picks_not_finite"]) == (1, 1, 1)
+    # 4 and 5 were left out by the reference; 5 is -inf there, so only 4's logit (1.0) is summarized
+    assert d["picks_left_out"] == 2 and d["left_out_logits"] == {"min": 1.0, "median": 1.0, "max": 1.0}
 
 
 def test_a_row_overwritten_by_its_neighbour_is_located(fake_vllm):

@@ -43,16 +43,16 @@ def checkpoint(tmp_path_factory):
     return out, prompt
 
 
-def _probe(checkpoint, fault: str | None = None, topk_edit=None, buffer=True) -> dict:
+def _probe(checkpoint, fault: str | None = None, topk_edit=None, buffer=True, baseline=None, shared_rope=False) -> dict:
     out, prompt = checkpoint
-    engine = Engine(CheckpointReference(out, fp8_indexer=False), topk_edit, buffer)
+    engine = Engine(CheckpointReference(out, fp8_indexer=False), topk_edit, buffer, shared_rope=shared_rope)
     lp.install(engine)
     try:
         if fault:
             ef.install_model_fault(engine, fault, layer=2)
         lp.arm(True)
         generated = engine.generate(prompt, DECODE)
-        return lp.judge(CheckpointReference(out, fp8_indexer=False), prompt, generated)
+        return lp.judge(CheckpointReference(out, fp8_indexer=False), prompt, generated, baseline=baseline)
     finally:
         ef.clear()
         lp.clear()
@@ -74,6 +74,30 @@ def test_a_faithful_engine_passes_every_layer_and_its_logits(checkpoint):
         rm.is_shared_layer(rm.tiny_spec().shape, n) for n in range(5)
     ]
     assert r["logits"]["passed"] and r["logits"]["argmax_agree"] == r["logits"]["rows"] == DECODE, r["logits"]
+    assert r["logits"]["positions"] == list(range(PROMPT - 1, PROMPT + DECODE - 1))
+    assert len(r["logits"]["row_errors"]) == DECODE and max(r["logits"]["row_errors"]) < 1e-4
+    # the first layer ran on the request's own tokens at every position
+    assert r["inputs"]["rows"] == PROMPT + DECODE and r["inputs"]["rows_off"] == 0, r["inputs"]
+
+
+def test_a_row_run_on_another_token_is_named_by_position(checkpoint):
+    out, prompt = checkpoint
+    engine = Engine(CheckpointReference(out, fp8_indexer=False))
+    lp.install(engine)
+    try:
+        lp.arm(True)
+        generated = engine.generate(prompt, DECODE)
+        # the judge is told another token at the prompt's position 5 than the engine ran
+        told = list(prompt)
+        told[5] = next(
+            t
+            for t in range(1, 50)
+            if engine.ref.tensors("model.embed_tokens.")["weight"][t].norm() > 0 and t != prompt[5]
+        )
+        r = lp.judge(CheckpointReference(out, fp8_indexer=False), told, generated, logits=False)
+    finally:
+        lp.clear()
+    assert r["inputs"]["positions_off"] == [5] and r["inputs"]["rows_off"] == 1, r["inputs"]
 
 
 def test_without_the_top_k_buffer_the_references_own_selection_is_used(designed, checkpoint):
@@ -106,6 +130,39 @@ def test_the_indexer_rope_on_the_other_lane_pairing_fails_the_top_k(checkpoint):
     assert r["logits"]["passed"] and not r["logits"]["own_topk"]["passed"], r["logits"]
 
 
+def test_the_indexer_rope_fault_flips_a_rope_module_the_layers_share_once(checkpoint):
+    """Before v0.33.0 every indexer reads the RoPE module vLLM's get_rope cache hands out, one for all layers: the
+    fault must flip it once, not once per layer (an even number of indexers would undo it, as on the GPU)."""
+    out, _prompt = checkpoint
+    engine = Engine(CheckpointReference(out, fp8_indexer=False), shared_rope=True)
+    full = [n for n in range(5) if not rm.is_shared_layer(rm.tiny_spec().shape, n)]
+    assert len(full) >= 2
+    before = engine.shared_rope.is_neox_style
+    try:
+        info = ef.install_model_fault(engine, "indexer-rope-half", layer=2)
+        assert engine.shared_rope.is_neox_style is not before
+        assert len([c for c in info["changed"] if c.startswith("indexer_rope_emb")]) == 1, info
+    finally:
+        ef.clear()
+    assert engine.shared_rope.is_neox_style is before
+    r = _probe(checkpoint, "indexer-rope-half", shared_rope=True)
+    assert all(not r["layers"][str(n)]["topk_passed"] for n in full), r["layers"]
+    assert _probe(checkpoint, shared_rope=True)["layers_passed"]
+
+
+def test_against_a_clean_runs_picks_a_fault_that_moves_the_top_k_shows_and_a_clean_run_does_not(checkpoint):
+    _probe(checkpoint)
+    clean = lp.judged_topk()
+    full = [n for n in range(5) if not rm.is_shared_layer(rm.tiny_spec().shape, n)]
+    assert sorted(clean) == full
+    again = _probe(checkpoint, baseline=clean)
+    assert all(again["layers"][str(n)]["topk_overlap_with_clean"] == 1.0 for n in full), again["layers"]
+    moved = _probe(checkpoint, "indexer-rope-half", baseline=clean)
+    assert all(moved["layers"][str(n)]["topk_overlap_with_clean"] < 1.0 for n in full), moved["layers"]
+    # shared layers read the last computed rows: no overlap of their own
+    assert all("topk_overlap_with_clean" not in m for m in moved["layers"].values() if m["shared_topk"])
+
+
 def test_one_layers_kcache_x2_fails_that_layer(checkpoint):
     r = _probe(checkpoint, "kcache-x2")
     assert r["layers"]["0"]["passed"] and r["layers"]["1"]["passed"]
@@ -125,12 +182,15 @@ def test_a_top_k_off_at_the_boundary_fails_its_layer_alone(checkpoint):
         row = out[-1]
         valid = row[row >= 0]
         unused = [p for p in range(int(valid.max()) + 1) if p not in set(valid.tolist())]
-        row[len(valid) - 1] = unused[0]  # the k-th pick replaced by a key the indexer ranked lower
+        # the last picks replaced by keys the indexer ranked lower, enough to take the row below TOPK_MIN_RECALL
+        n = int(len(valid) * (1 - lp.TOPK_MIN_RECALL)) + 1
+        assert len(unused) >= n, "the prompt is too short for the swap"
+        row[len(valid) - n : len(valid)] = torch.tensor(unused[:n], dtype=row.dtype)
         return out
 
     r = _probe(checkpoint, topk_edit=last_swapped)
     assert r["layers"]["0"]["passed"] and not r["layers"]["1"]["passed"], r["layers"]
-    assert not r["layers"]["1"]["topk_passed"] and r["layers"]["1"]["topk_min_tie_recall"] < 0.99
+    assert not r["layers"]["1"]["topk_passed"] and r["layers"]["1"]["topk_min_tie_recall"] < lp.TOPK_MIN_RECALL
 
 
 def test_judge_without_records_and_install_without_layers_are_refused():

@@ -216,6 +216,15 @@ def install_model_fault(model: Any, fault: str, layer: int) -> dict:
         attns = _indexer_attentions(model)
         if not attns:
             raise EngineFaultError("no attention module with an indexer", hint="not a DSA model?")
+        # each object once: vLLM's get_rope caches its modules, so before v0.33.0 every indexer holds the same
+        # RoPE module, and flipping it once per layer would undo itself with an even number of indexers
+        seen: set[int] = set()
+
+        def once(obj: Any) -> bool:
+            new = id(obj) not in seen
+            seen.add(id(obj))
+            return new
+
         for attn in attns:
             if fault == "indexer-weights-x0.5":
                 _set(attn.indexer, "softmax_scale", attn.indexer.softmax_scale * 0.5)
@@ -224,17 +233,19 @@ def install_model_fault(model: Any, fault: str, layer: int) -> dict:
             flipped = False
             if isinstance(getattr(attn, "_index_rope_interleave", None), bool):  # the fused path (v0.33.0 on)
                 _set(attn, "_index_rope_interleave", not attn._index_rope_interleave)
+                info["changed"].append("_index_rope_interleave")
                 flipped = True
             rope = getattr(attn, "indexer_rope_emb", None)
             if rope is not None and isinstance(getattr(rope, "is_neox_style", None), bool):
-                _set(rope, "is_neox_style", not rope.is_neox_style)
+                if once(rope):
+                    _set(rope, "is_neox_style", not rope.is_neox_style)
+                    info["changed"].append(f"indexer_rope_emb.is_neox_style ({type(rope).__name__} {id(rope):#x})")
                 flipped = True
             if not flipped:
                 raise EngineFaultError(
                     "the indexer's RoPE style was not found (_index_rope_interleave, indexer_rope_emb.is_neox_style)",
                     hint="the release keeps it elsewhere",
                 )
-            info["changed"].append("indexer rope style")
     else:  # kcache-x2: the latent's norm weight and the rope key's rows of the A projection, x2
         _name, attn = _find(model, layer)
         norm = getattr(attn, "kv_a_layernorm", None)

@@ -532,9 +532,50 @@ def _check_decode(layer, rec, slots, topk_rows, o, torch) -> None:
             raise EngineOracleError(f"the layer's top-k rows hold {len(topk_rows)} of the {n} decode rows")
         got = slots["token_indices"][torch.tensor(have, device=ref.device)]
         want = o.topk_indices(ref, got.shape[1])
-        return _verdict(o.compare_topk(got, want, logits=ref))
+        passed, metrics = _verdict(o.compare_topk(got, want, logits=ref))
+        if not passed:
+            row = metrics["worst_row"]
+            metrics["diagnosis"] = _topk_diagnosis(got[row], want[row], ref[row], torch)
+            metrics["diagnosis"]["context_len"] = int(rec["context_lens"].flatten()[row // q.shape[1]])
+        return passed, metrics
 
     _guarded(layer, "decode_topk", topk)
+
+
+def _topk_diagnosis(got, want, ref, torch) -> dict:
+    """Where a top-k row went wrong, for the report: the reference's k-th and largest logits, how many picks are
+    padding or past the row's finite columns, and the reference logits of the picks the reference left out (a
+    kernel that read past the context picks columns the reference holds -inf; one that ranked another layer's or
+    request's logits picks keys from the whole range of this row)."""
+    ref = ref.float()
+    finite = torch.isfinite(ref)
+    n = ref.shape[0]
+    g = got.long()
+    valid = (g >= 0) & (g < n)
+    wanted = want.long()[want.long() >= 0]
+    missed = g[valid & ~torch.isin(g, wanted)]
+    picked = ref[missed]
+    kth = ref[wanted].min() if wanted.numel() else torch.tensor(float("nan"))
+    out = {
+        "finite_columns": int(finite.sum()),
+        "reference_kth": float(kth),
+        "reference_max": float(ref[finite].max()) if finite.any() else None,
+        "reference_median": float(ref[finite].median()) if finite.any() else None,
+        "picks": int(g.numel()),
+        "padding_picks": int((g < 0).sum()),
+        "picks_past_row": int((g >= n).sum()),
+        "picks_not_finite": int((valid & ~finite[g.clamp(0, max(n - 1, 0))]).sum()),
+        "picks_left_out": int(missed.numel()),
+    }
+    ok = torch.isfinite(picked)
+    if ok.any():
+        vals = picked[ok]
+        out["left_out_logits"] = {
+            "min": float(vals.min()),
+            "median": float(vals.median()),
+            "max": float(vals.max()),
+        }
+    return out
 
 
 def _mismatch_rows(got, ref, context_lens, next_n: int, torch, limit: int = 4) -> list[dict]:

@@ -69,6 +69,9 @@ class Suite:
     model_faults: list[str] = field(default_factory=list)
     probe_length: int = 8192
     probe_tokens: int = 8
+    #: environment the engine needs, set before vLLM reads it (over what the caller set: the native suite needs
+    #: DeepGEMM on where a harness turned it off for the sm_80 path)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def engine(suite: Suite, spec: RecallSpec):
@@ -316,14 +319,14 @@ def _failed_checks(summary: dict) -> list[str]:
     return [c for c, e in summary["checks"].items() if e["failed"]]
 
 
-def _probe(llm, reference, prompt, tokens: int) -> dict:
+def _probe(llm, reference, prompt, tokens: int, baseline: dict | None = None) -> dict:
     layer_probe.forget()
     layer_probe.arm(True)
     try:
         got = generate(llm, [prompt], tokens)[0]
     finally:
         layer_probe.arm(False)
-    judged = layer_probe.judge(reference, list(prompt.tokens), got)
+    judged = layer_probe.judge(reference, list(prompt.tokens), got, baseline=baseline)
     judged["tokens"] = got
     return judged
 
@@ -345,6 +348,7 @@ def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
     out: dict[str, Any] = {"install": llm.apply_model(layer_probe.install)}
     try:
         clean = out["clean"] = _probe(llm, reference, prompt, suite.probe_tokens)
+        clean_topk = layer_probe.judged_topk()
         worst, tol = clean["worst_layer_error"], clean["layer_tolerance"]
         result["checks"].append(
             (
@@ -366,7 +370,7 @@ def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
                 functools.partial(engine_faults.install_model_fault, fault=name, layer=spec.recall_layer)
             )
             try:
-                judged = _probe(llm, reference, prompt, suite.probe_tokens)
+                judged = _probe(llm, reference, prompt, suite.probe_tokens, baseline=clean_topk)
             finally:
                 llm.apply_model(engine_faults.clear)
             judged["hooked"] = hooked
@@ -405,6 +409,7 @@ def _layer_reference(llm, suite: Suite, spec: RecallSpec, result: dict) -> None:
 def run_suite(suite: Suite) -> dict:
     """Run `suite`; the result dict says what ran, the tokens, and `passed`."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.update(suite.env)
     spec = spec_from_json(json.loads((Path(suite.model_dir) / "recall_spec.json").read_text()))
     result: dict[str, Any] = {"suite": asdict(suite), "recall_layer": spec.recall_layer, "checks": []}
     try:

@@ -71,6 +71,9 @@ SUITES: dict[str, dict[str, Any]] = {
         "lengths": [8192, 32768, 131072, 16384],
         "backend": "FLASHMLA_SPARSE",
         "oracle_corruptions": ["logits", "slots", "attention", "topk"],
+        # DeepGEMM's indexer logits: with VLLM_USE_DEEP_GEMM=0 (the sm_80 harness's setting) the indexer takes the
+        # compose's Triton fallback and the oracle's DeepGEMM wrappers never run
+        "env": {"VLLM_USE_DEEP_GEMM": "1"},
         **_ORACLE,
     },
 }
