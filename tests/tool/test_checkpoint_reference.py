@@ -49,6 +49,29 @@ def test_logits_equal_the_recall_models_own_forward(written):
     assert got[-1].argmax() == want[-1].argmax()
 
 
+def test_each_moe_layers_routing_margin_is_the_gap_at_the_kth_expert(written):
+    spec, out, tensors, tokens = written
+    ref = CheckpointReference(out, fp8_indexer=False)
+    rows = [0, 37, len(tokens) - 1]
+    margins = ref.forward(tokens, rows, chunk=64)["route_margins"]
+    moe = [n for n in range(spec.shape.num_hidden_layers) if f"model.layers.{n}.mlp.gate.weight" in tensors]
+    assert moe and sorted(margins) == moe  # dense layers route nothing
+    assert all(m.shape == (len(rows),) and bool((m >= 0).all()) for m in margins.values())
+    layer, k = moe[0], int(ref.cfg["num_experts_per_tok"])
+    w = ref.tensors(f"model.layers.{layer}.mlp.")
+    bias = w.get("gate.e_score_correction_bias", torch.zeros(w["gate.weight"].shape[0]))
+    # the k-th chosen expert's choice score less the best left out
+    x = torch.randn(3, w["gate.weight"].shape[1], generator=torch.Generator().manual_seed(0))
+    ranked = (torch.sigmoid(x @ w["gate.weight"].T) + bias).topk(k + 1, -1).values
+    got: dict = {}
+    ref._mlp(layer, x, got)
+    assert torch.allclose(got[layer], ranked[:, k - 1] - ranked[:, k])
+    # a zero input scores every expert alike: without a correction bias that is a tie, margin 0
+    if not bool(bias.any()):
+        ref._mlp(layer, torch.zeros(1, x.shape[1]), got)
+        assert float(got[layer][0]) == 0.0
+
+
 def test_the_fp8_indexer_keeps_the_designed_selection(written):
     # the recall design is axis-aligned, so e4m3 holds its indexer values: the fp8 reference gives the same logits
     spec, out, tensors, tokens = written

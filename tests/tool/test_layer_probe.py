@@ -76,6 +76,9 @@ def test_a_faithful_engine_passes_every_layer_and_its_logits(checkpoint):
     assert r["logits"]["passed"] and r["logits"]["argmax_agree"] == r["logits"]["rows"] == DECODE, r["logits"]
     assert r["logits"]["positions"] == list(range(PROMPT - 1, PROMPT + DECODE - 1))
     assert len(r["logits"]["row_errors"]) == DECODE and max(r["logits"]["row_errors"]) < 1e-4
+    # each row's narrowest expert choice, by MoE layer
+    assert len(r["logits"]["row_route_margins"]) == DECODE
+    assert all(layer >= 1 and margin >= 0 for layer, margin in r["logits"]["row_route_margins"])
     # the first layer ran on the request's own tokens at every position
     assert r["inputs"]["rows"] == PROMPT + DECODE and r["inputs"]["rows_off"] == 0, r["inputs"]
 

@@ -296,7 +296,10 @@ class CheckpointReference:
         return max(1, budget // max(1, self.heads * length))
 
     # --- the whole model --------------------------------------------------------------------------------------------
-    def _mlp(self, layer: int, x) -> Any:
+    def _mlp(self, layer: int, x, margins: dict | None = None) -> Any:
+        """The layer's MLP (dense, or MoE with grouped sigmoid routing). `margins`: gets, for an MoE layer, each
+        row's routing margin (the k-th chosen expert's score less the best one left out): where it is within the
+        engine's bf16 rounding of the router, the engine may route that token to another expert."""
         torch = self.torch
         c = self.cfg
         w = self.tensors(f"model.layers.{layer}.mlp.")
@@ -318,7 +321,10 @@ class CheckpointReference:
             keep = torch.zeros_like(g).scatter_(1, g.topk(top_groups, -1).indices, 1.0)
             mask = keep[:, :, None].expand(-1, groups, n_exp // groups).reshape(-1, n_exp)
             choice_scores = choice_scores.masked_fill(mask == 0, float("-inf"))
-        choice = choice_scores.topk(k, -1).indices
+        ranked = choice_scores.topk(min(k + 1, n_exp), -1)
+        choice = ranked.indices[:, :k]
+        if margins is not None and n_exp > k:
+            margins[layer] = ranked.values[:, k - 1] - ranked.values[:, k]
         weights = scores.gather(-1, choice)
         if c.get("norm_topk_prob", True):
             weights = weights / weights.sum(-1, keepdim=True)
@@ -333,15 +339,16 @@ class CheckpointReference:
     def forward(
         self, tokens: list[int], rows: list[int], chunk: int | None = None, selections: dict[int, Any] | None = None
     ) -> dict[str, Any]:
-        """The next-token logits at `rows` of the sequence `tokens` (fp32 [len(rows), vocab]), and each layer's
-        attention input (normed) at `rows` ("inputs", by layer). `selections`: per layer, the selection
-        [T >= len(tokens), k] to attend over instead of the indexer's (an engine's own, judged apart), the rest as
-        the model defines."""
+        """The next-token logits at `rows` of the sequence `tokens` (fp32 [len(rows), vocab]), each layer's
+        attention input (normed) at `rows` ("inputs", by layer) and each MoE layer's routing margin at `rows`
+        ("route_margins", by layer; see `_mlp`). `selections`: per layer, the selection [T >= len(tokens), k] to
+        attend over instead of the indexer's (an engine's own, judged apart), the rest as the model defines."""
         torch = self.torch
         ids = torch.tensor(tokens, device=self.device)
         pos = torch.arange(len(tokens), device=self.device)
         h = self.tensors("model.embed_tokens.")["weight"][ids]
         inputs = {}
+        margins: dict[int, Any] = {}
         topk = None
         every = list(range(len(tokens)))
         for layer in range(self.layers):
@@ -372,10 +379,10 @@ class CheckpointReference:
             del w, kv
             h = h + out
             x = self._rms(h, self.tensors(p + "post_attention_layernorm.")["weight"])
-            h = h + self._mlp(layer, x)
+            h = h + self._mlp(layer, x, margins)
         final = self._rms(h[rows], self.tensors("model.norm.")["weight"])
         logits = final @ self.tensors("lm_head.")["weight"].T
-        return {"logits": logits, "inputs": inputs}
+        return {"logits": logits, "inputs": inputs, "route_margins": {n: m[rows] for n, m in margins.items()}}
 
 
 def compare_rows(got, ref) -> dict[str, Any]:

@@ -321,12 +321,22 @@ def _judge_logits(reference: Any, prompt_tokens: list[int], generated: list[int]
     got = torch.cat([r["logits"] for r in recs])
 
     def compare(sel: dict | None) -> dict:
-        want = reference.forward(seq[: max(rows) + 1], rows, selections=sel)["logits"]
+        fwd = reference.forward(seq[: max(rows) + 1], rows, selections=sel)
+        want = fwd["logits"]
         ours = got[:, : want.shape[1]].to(want.device)
         m = compare_rows(ours, want)
         rel = (ours.float() - want.float()).norm(dim=-1) / want.float().norm(dim=-1).clamp_min(1e-12)
         m["positions"] = rows
         m["row_errors"] = [round(float(e), 4) for e in rel]
+        if fwd.get("route_margins"):
+            # the narrowest expert choice on each row's way through the MoE layers (layer, margin): a row off the
+            # reference whose margin is within the router's bf16 rounding may have been routed otherwise
+            stacked = torch.stack([v.float() for v in fwd["route_margins"].values()])
+            layers_ = list(fwd["route_margins"])
+            low = stacked.min(dim=0)
+            m["row_route_margins"] = [
+                [layers_[int(i)], round(float(v), 6)] for v, i in zip(low.values, low.indices, strict=True)
+            ]
         m["argmax_agree"] = int((ours.argmax(-1) == want.argmax(-1)).sum())
         m["tolerance"] = LOGITS_TOLERANCE
         m["passed"] = m["max_relative_error"] <= LOGITS_TOLERANCE
