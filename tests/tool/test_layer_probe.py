@@ -8,6 +8,7 @@ layer do not move."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import pytest
@@ -83,12 +84,22 @@ def test_a_faithful_engine_passes_every_layer_and_its_logits(checkpoint):
     assert r["inputs"]["rows"] == PROMPT + DECODE and r["inputs"]["rows_off"] == 0, r["inputs"]
 
 
-def test_a_row_run_on_another_token_is_named_by_position(checkpoint):
-    out, prompt = checkpoint
+@contextlib.contextmanager
+def _recording(checkpoint):
+    """A faithful stand-in engine with the probe installed and armed; the probe is cleared afterwards."""
+    out, _prompt = checkpoint
     engine = Engine(CheckpointReference(out, fp8_indexer=False))
     lp.install(engine)
     try:
         lp.arm(True)
+        yield engine
+    finally:
+        lp.clear()
+
+
+def test_a_row_run_on_another_token_is_named_by_position(checkpoint):
+    out, prompt = checkpoint
+    with _recording(checkpoint) as engine:
         generated = engine.generate(prompt, DECODE)
         # the judge is told another token at the prompt's position 5 than the engine ran
         told = list(prompt)
@@ -98,8 +109,6 @@ def test_a_row_run_on_another_token_is_named_by_position(checkpoint):
             if engine.ref.tensors("model.embed_tokens.")["weight"][t].norm() > 0 and t != prompt[5]
         )
         r = lp.judge(CheckpointReference(out, fp8_indexer=False), told, generated, logits=False)
-    finally:
-        lp.clear()
     assert r["inputs"]["positions_off"] == [5] and r["inputs"]["rows_off"] == 1, r["inputs"]
 
 
@@ -206,17 +215,12 @@ def test_judge_without_records_and_install_without_layers_are_refused():
 
 def test_positions_recorded_twice_are_refused(checkpoint):
     out, prompt = checkpoint
-    engine = Engine(CheckpointReference(out, fp8_indexer=False))
-    lp.install(engine)
-    try:
-        lp.arm(True)
+    with _recording(checkpoint) as engine:
         with torch.no_grad():
             engine.step(prompt[:20], 0)
             engine.step(prompt[:20], 0)  # a second request (or a re-run prefix) at the same positions
         with pytest.raises(lp.LayerProbeError, match="not 0..39 once each"):
             lp.judge(CheckpointReference(out, fp8_indexer=False), prompt[:20], [])
-    finally:
-        lp.clear()
 
 
 # --- install_model_fault on vLLM's attribute names ------------------------------------------------------------------
