@@ -385,18 +385,22 @@ class CheckpointReference:
         return {"logits": logits, "inputs": inputs, "route_margins": {n: m[rows] for n, m in margins.items()}}
 
 
-def compare_rows(got, ref) -> dict[str, Any]:
-    """Per-row agreement of `got` with `ref` (both [rows, n]): relative L2 error and cosine, worst row first."""
+def compare_rows(got, ref, per_row: bool = False) -> dict[str, Any]:
+    """Per-row agreement of `got` with `ref` (both [rows, n]): relative L2 error and cosine, worst row first;
+    `per_row` adds each row's relative error (`row_errors`)."""
     g, r = got.float(), ref.float()
     rel = (g - r).norm(dim=-1) / r.norm(dim=-1).clamp_min(1e-12)
     cos = (g * r).sum(-1) / (g.norm(dim=-1) * r.norm(dim=-1)).clamp_min(1e-12)
-    return {
+    out = {
         "rows": int(r.shape[0]),
         "max_relative_error": float(rel.max()),
         "mean_relative_error": float(rel.mean()),
         "min_cosine": float(cos.min()),
         "worst_row": int(rel.argmax()),
     }
+    if per_row:
+        out["row_errors"] = [round(float(e), 4) for e in rel]
+    return out
 
 
 __all__ = ["CheckpointReference", "CheckpointReferenceError", "Rope", "compare_rows"]

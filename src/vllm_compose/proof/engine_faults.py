@@ -219,12 +219,6 @@ def install_model_fault(model: Any, fault: str, layer: int) -> dict:
         # each object once: vLLM's get_rope caches its modules, so before v0.33.0 every indexer holds the same
         # RoPE module, and flipping it once per layer would undo itself with an even number of indexers
         seen: set[int] = set()
-
-        def once(obj: Any) -> bool:
-            new = id(obj) not in seen
-            seen.add(id(obj))
-            return new
-
         for attn in attns:
             if fault == "indexer-weights-x0.5":
                 _set(attn.indexer, "softmax_scale", attn.indexer.softmax_scale * 0.5)
@@ -237,7 +231,8 @@ def install_model_fault(model: Any, fault: str, layer: int) -> dict:
                 flipped = True
             rope = getattr(attn, "indexer_rope_emb", None)
             if rope is not None and isinstance(getattr(rope, "is_neox_style", None), bool):
-                if once(rope):
+                if id(rope) not in seen:
+                    seen.add(id(rope))
                     _set(rope, "is_neox_style", not rope.is_neox_style)
                     info["changed"].append(f"indexer_rope_emb.is_neox_style ({type(rope).__name__} {id(rope):#x})")
                 flipped = True

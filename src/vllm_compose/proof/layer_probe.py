@@ -199,7 +199,8 @@ def judge(
     final logits against the reference's forward of the token ids; returns per-layer metrics and the verdicts.
     With `baseline` (an earlier run's `judged_topk()`), each computing layer also reports the share of its top-k
     picks at the judged rows that the baseline picked too (`topk_overlap_with_clean`): whether a fault moved the
-    engine's selection at all."""
+    engine's selection at all. Only the prompt rows compare like with like: decode rows differ wherever the two
+    runs generated different tokens. `inputs` is None when layer 0 was not recorded."""
     import torch
 
     layers = _S["layers"]
@@ -212,9 +213,12 @@ def judge(
         per_layer: dict[int, dict] = {}
         selections: dict[int, Any] = {}
         judged_rows: dict[int, Any] = {}
+        inputs: dict[str, Any] | None = None
         topk = None
         for index in sorted(layers):
             pos, x, out, engine_topk = _assemble(layers[index], torch)
+            if index == 0:
+                inputs = _judge_inputs(reference, list(prompt_tokens) + list(generated), pos, x, torch)
             if not rows:
                 rows = check_rows(len(prompt_tokens), int(pos.numel()))
             w = reference.attention_weights(index)
@@ -244,7 +248,7 @@ def judge(
             del w
         _S["judged_topk"] = judged_rows
         result: dict[str, Any] = {
-            "inputs": _judge_inputs(reference, list(prompt_tokens) + list(generated), layers[min(layers)], torch),
+            "inputs": inputs,
             "rows": rows,
             "layers": {str(k): v for k, v in per_layer.items()},
             "layer_tolerance": LAYER_TOLERANCE,
@@ -263,11 +267,10 @@ def judge(
 INPUT_TOLERANCE = 0.02
 
 
-def _judge_inputs(reference: Any, seq: list[int], entries: list[dict], torch) -> dict:
-    """A diagnosis, not a verdict: the first recorded layer's input rows against the normed embeddings of the
-    tokens the request holds at those positions (prompt, then the generated tokens), so that a row the engine ran
-    on another token (a step on a placeholder, a misplaced row) is named by position."""
-    pos, x, _out, _topk = _assemble(entries, torch)
+def _judge_inputs(reference: Any, seq: list[int], pos: Any, x: Any, torch) -> dict:
+    """A diagnosis, not a verdict: layer 0's input rows `x` (at `pos`, as assembled) against the normed embeddings
+    of the tokens the request holds at those positions (prompt, then the generated tokens), so that a row the
+    engine ran on another token (a step on a placeholder, a misplaced row) is named by position."""
     n = min(int(pos.numel()), len(seq))
     if n == 0:
         return {"rows": 0, "rows_off": 0, "positions_off": []}
@@ -324,10 +327,8 @@ def _judge_logits(reference: Any, prompt_tokens: list[int], generated: list[int]
         fwd = reference.forward(seq[: max(rows) + 1], rows, selections=sel)
         want = fwd["logits"]
         ours = got[:, : want.shape[1]].to(want.device)
-        m = compare_rows(ours, want)
-        rel = (ours.float() - want.float()).norm(dim=-1) / want.float().norm(dim=-1).clamp_min(1e-12)
+        m = compare_rows(ours, want, per_row=True)
         m["positions"] = rows
-        m["row_errors"] = [round(float(e), 4) for e in rel]
         if fwd.get("route_margins"):
             # the narrowest expert choice on each row's way through the MoE layers (layer, margin): a row off the
             # reference whose margin is within the router's bf16 rounding may have been routed otherwise
