@@ -116,7 +116,8 @@ class _Identity(torch.nn.Module):
 class Engine(torch.nn.Module):
     """`topk_edit(layer, topk)`: change a layer's own selection (a fault); `buffer`: keep vLLM's top-k buffer on the
     attention modules (False: a release that keeps none there); `shared_rope`: the layout before v0.33.0 (one RoPE
-    module for every indexer, no `_index_rope_interleave`)."""
+    module for every indexer, no `_index_rope_interleave`); `route_swap`: (layer, position) whose token takes the best
+    expert left out in place of the k-th chosen there (a bf16 router on the other side of a near-tie)."""
 
     def __init__(
         self,
@@ -125,9 +126,10 @@ class Engine(torch.nn.Module):
         buffer: bool = True,
         max_tokens: int = 4096,
         shared_rope: bool = False,
+        route_swap: tuple[int, int] | None = None,
     ):
         super().__init__()
-        self.ref, self.topk_edit, self.topk = ref, topk_edit, None
+        self.ref, self.topk_edit, self.topk, self.route_swap = ref, topk_edit, None, route_swap
         self.shared_rope = None
         if shared_rope:
             self.shared_rope = torch.nn.Module()
@@ -146,7 +148,10 @@ class Engine(torch.nn.Module):
             p = f"model.layers.{n}."
             x = ref._rms(h, ref.tensors(p + "input_layernorm.")["weight"])
             h = h + layer.self_attn(positions=pos, hidden_states=x)
-            h = h + ref._mlp(n, ref._rms(h, ref.tensors(p + "post_attention_layernorm.")["weight"]))
+            swap = None
+            if self.route_swap is not None and self.route_swap[0] == n:
+                swap = [i for i, q in enumerate(pos.tolist()) if q == self.route_swap[1]]
+            h = h + ref._mlp(n, ref._rms(h, ref.tensors(p + "post_attention_layernorm.")["weight"]), swap=swap)
         final = ref._rms(h[-1:], ref.tensors("model.norm.")["weight"])
         return self.logits_processor(final @ ref.tensors("lm_head.")["weight"].T)
 

@@ -72,6 +72,24 @@ def test_each_moe_layers_routing_margin_is_the_gap_at_the_kth_expert(written):
         assert float(got[layer][0]) == 0.0
 
 
+def test_a_route_swap_gives_the_row_the_best_expert_left_out(written):
+    spec, out, tensors, tokens = written
+    ref = CheckpointReference(out, fp8_indexer=False)
+    layer = next(n for n in range(spec.shape.num_hidden_layers) if f"model.layers.{n}.mlp.gate.weight" in tensors)
+    x = torch.randn(
+        3, tensors[f"model.layers.{layer}.mlp.gate.weight"].shape[1], generator=torch.Generator().manual_seed(1)
+    )
+    routed, swapped = ref._mlp(layer, x), ref._mlp(layer, x, swap=[1])
+    # only row 1 moves (the others up to the experts' batching order)
+    assert torch.allclose(routed[[0, 2]], swapped[[0, 2]], rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(routed[1], swapped[1], rtol=1e-2)
+    # a forward with a swap at the last position moves that row's logits and leaves the earlier rows alone
+    rows = [10, len(tokens) - 1]
+    base = ref.forward(tokens, rows, chunk=64)["logits"]
+    moved = ref.forward(tokens, rows, chunk=64, route_swaps={layer: [len(tokens) - 1]})["logits"]
+    assert torch.allclose(base[0], moved[0], rtol=1e-5, atol=1e-6) and not torch.allclose(base[1], moved[1], rtol=1e-2)
+
+
 def test_the_fp8_indexer_keeps_the_designed_selection(written):
     # the recall design is axis-aligned, so e4m3 holds its indexer values: the fp8 reference gives the same logits
     spec, out, tensors, tokens = written

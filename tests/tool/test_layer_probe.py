@@ -44,9 +44,13 @@ def checkpoint(tmp_path_factory):
     return out, prompt
 
 
-def _probe(checkpoint, fault: str | None = None, topk_edit=None, buffer=True, baseline=None, shared_rope=False) -> dict:
+def _probe(
+    checkpoint, fault: str | None = None, topk_edit=None, buffer=True, baseline=None, shared_rope=False, route_swap=None
+) -> dict:
     out, prompt = checkpoint
-    engine = Engine(CheckpointReference(out, fp8_indexer=False), topk_edit, buffer, shared_rope=shared_rope)
+    engine = Engine(
+        CheckpointReference(out, fp8_indexer=False), topk_edit, buffer, shared_rope=shared_rope, route_swap=route_swap
+    )
     lp.install(engine)
     try:
         if fault:
@@ -184,6 +188,46 @@ def test_one_layers_kcache_x2_fails_that_layer(checkpoint):
 def test_the_indexer_weights_scale_passes(checkpoint):
     r = _probe(checkpoint, "indexer-weights-x0.5")
     assert r["layers_passed"] and r["logits"]["passed"], r
+
+
+def _narrowest_route(checkpoint) -> tuple[int, int, float]:
+    """The first decode-judged row's narrowest MoE expert choice in a faithful run: (layer, position, margin)."""
+    r = _probe(checkpoint)["logits"]
+    (layer, margin), position = r["row_route_margins"][0], r["positions"][0]
+    return layer, position, margin
+
+
+def test_a_row_routed_the_other_way_at_a_near_tie_is_judged_on_that_routing(checkpoint, monkeypatch):
+    # the engine takes the other expert at the row's narrowest choice, as a bf16 router may at a near-tie
+    layer, position, margin = _narrowest_route(checkpoint)
+    monkeypatch.setattr(lp, "ROUTE_TIE_MARGIN", margin * 1.01)
+    r = _probe(checkpoint, route_swap=(layer, position))["logits"]
+    assert r["passed"] and max(r["row_errors"]) < 1e-4, r
+    assert r["route_swaps"] == [
+        {
+            "position": position,
+            "layer": layer,
+            "margin": round(margin, 6),
+            "error_routed": r["route_swaps"][0]["error_routed"],
+            "error_swapped": 0.0,
+            "kept": True,
+        }
+    ]
+    assert r["route_swaps"][0]["error_routed"] > lp.LOGITS_TOLERANCE  # the swap is what made the row agree
+    # the same routing where the choice was no near-tie: a wrong route, which fails the row
+    monkeypatch.setattr(lp, "ROUTE_TIE_MARGIN", margin * 0.99)
+    r = _probe(checkpoint, route_swap=(layer, position))["logits"]
+    assert not r["passed"] and r["route_swaps"] == [] and r["row_errors"][0] > lp.LOGITS_TOLERANCE, r
+
+
+def test_a_fault_is_not_explained_away_by_swapping_routes(checkpoint, monkeypatch):
+    # every expert choice counted a near-tie: the swaps are tried, none brings a faulted row back, and the tries
+    # stop at ROUTE_SWAP_FORWARDS
+    monkeypatch.setattr(lp, "ROUTE_TIE_MARGIN", 1.0)
+    r = _probe(checkpoint, "softmax-x1.25")["logits"]
+    assert not r["passed"], r
+    assert 0 < len(r["route_swaps"]) <= lp.ROUTE_SWAP_FORWARDS
+    assert not any(t["kept"] for t in r["route_swaps"]), r["route_swaps"]
 
 
 def test_a_top_k_off_at_the_boundary_fails_its_layer_alone(checkpoint):

@@ -296,10 +296,11 @@ class CheckpointReference:
         return max(1, budget // max(1, self.heads * length))
 
     # --- the whole model --------------------------------------------------------------------------------------------
-    def _mlp(self, layer: int, x, margins: dict | None = None) -> Any:
+    def _mlp(self, layer: int, x, margins: dict | None = None, swap=None) -> Any:
         """The layer's MLP (dense, or MoE with grouped sigmoid routing). `margins`: gets, for an MoE layer, each
         row's routing margin (the k-th chosen expert's score less the best one left out): where it is within the
-        engine's bf16 rounding of the router, the engine may route that token to another expert."""
+        engine's bf16 rounding of the router, the engine may route that token to another expert. `swap`: rows of
+        `x` (indices) routed that other way, the best expert left out taking the k-th chosen one's place."""
         torch = self.torch
         c = self.cfg
         w = self.tensors(f"model.layers.{layer}.mlp.")
@@ -325,6 +326,10 @@ class CheckpointReference:
         choice = ranked.indices[:, :k]
         if margins is not None and n_exp > k:
             margins[layer] = ranked.values[:, k - 1] - ranked.values[:, k]
+        if swap is not None and len(swap) and n_exp > k:
+            choice = choice.clone()
+            at = torch.as_tensor(swap, device=x.device, dtype=torch.long)
+            choice[at, k - 1] = ranked.indices[at, k]
         weights = scores.gather(-1, choice)
         if c.get("norm_topk_prob", True):
             weights = weights / weights.sum(-1, keepdim=True)
@@ -337,12 +342,19 @@ class CheckpointReference:
         return out
 
     def forward(
-        self, tokens: list[int], rows: list[int], chunk: int | None = None, selections: dict[int, Any] | None = None
+        self,
+        tokens: list[int],
+        rows: list[int],
+        chunk: int | None = None,
+        selections: dict[int, Any] | None = None,
+        route_swaps: dict[int, list[int]] | None = None,
     ) -> dict[str, Any]:
         """The next-token logits at `rows` of the sequence `tokens` (fp32 [len(rows), vocab]), each layer's
         attention input (normed) at `rows` ("inputs", by layer) and each MoE layer's routing margin at `rows`
         ("route_margins", by layer; see `_mlp`). `selections`: per layer, the selection [T >= len(tokens), k] to
-        attend over instead of the indexer's (an engine's own, judged apart), the rest as the model defines."""
+        attend over instead of the indexer's (an engine's own, judged apart), the rest as the model defines.
+        `route_swaps`: per MoE layer, the positions whose token takes the best expert left out in place of the k-th
+        chosen (the other side of a near-tie; `_mlp`'s `swap`)."""
         torch = self.torch
         ids = torch.tensor(tokens, device=self.device)
         pos = torch.arange(len(tokens), device=self.device)
@@ -379,7 +391,7 @@ class CheckpointReference:
             del w, kv
             h = h + out
             x = self._rms(h, self.tensors(p + "post_attention_layernorm.")["weight"])
-            h = h + self._mlp(layer, x, margins)
+            h = h + self._mlp(layer, x, margins, (route_swaps or {}).get(layer))
         final = self._rms(h[rows], self.tensors("model.norm.")["weight"])
         logits = final @ self.tensors("lm_head.")["weight"].T
         return {"logits": logits, "inputs": inputs, "route_margins": {n: m[rows] for n, m in margins.items()}}
