@@ -224,10 +224,15 @@ def test_a_fault_is_not_explained_away_by_swapping_routes(checkpoint, monkeypatc
     # every expert choice counted a near-tie: the swaps are tried, none brings a faulted row back, and the tries
     # stop at ROUTE_SWAP_FORWARDS
     monkeypatch.setattr(lp, "ROUTE_TIE_MARGIN", 1.0)
+    monkeypatch.setattr(lp, "ROUTE_SWAP_FORWARDS", DECODE)
     r = _probe(checkpoint, "softmax-x1.25")["logits"]
     assert not r["passed"], r
     assert 0 < len(r["route_swaps"]) <= lp.ROUTE_SWAP_FORWARDS
     assert not any(t["kept"] for t in r["route_swaps"]), r["route_swaps"]
+    # more rows off than the tries allowed: none is tried (a fault moves every row; a tie moves one)
+    monkeypatch.setattr(lp, "ROUTE_SWAP_FORWARDS", 2)
+    r = _probe(checkpoint, "softmax-x1.25")["logits"]
+    assert not r["passed"] and [set(t) for t in r["route_swaps"]] == [{"skipped"}], r["route_swaps"]
 
 
 def test_a_top_k_off_at_the_boundary_fails_its_layer_alone(checkpoint):

@@ -369,7 +369,8 @@ def _route_ties(reference: Any, seq: list[int], rows: list[int], sel, ours, want
     `ROUTE_SWAP_ROUNDS`), each a forward with that expert choice swapped on top of the swaps kept so far, and the
     first that brings the row within tolerance is kept, its forward then judging the rows after it (a swap moves
     later rows too, through the row's keys). What comes back is one routing of the whole sequence, never a mix; at
-    most `ROUTE_SWAP_FORWARDS` forwards. `swaps` gets one entry a try: position, layer, margin, the row's error before
+    most `ROUTE_SWAP_FORWARDS` forwards, and none when more rows than that are off (a fault, not a tie: the
+    comparison fails as it is). `swaps` gets one entry a try: position, layer, margin, the row's error before
     and after, and whether it was kept."""
     torch = reference.torch
     layers = list(margins)
@@ -379,8 +380,13 @@ def _route_ties(reference: Any, seq: list[int], rows: list[int], sel, ours, want
         return ((ours - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-12)).tolist()
 
     current, errs, plan, left = want, errors(want), {}, ROUTE_SWAP_FORWARDS
-    for i in range(len(rows)):
-        if errs[i] <= LOGITS_TOLERANCE:
+    off = [i for i, e in enumerate(errs) if e > LOGITS_TOLERANCE]
+    if len(off) > ROUTE_SWAP_FORWARDS:
+        # more rows off than near-ties could be tried for: not a tie's doing, and the comparison fails as it stands
+        swaps.append({"skipped": f"{len(off)} of {len(rows)} rows off the reference, over {ROUTE_SWAP_FORWARDS}"})
+        return current
+    for i in off:
+        if errs[i] <= LOGITS_TOLERANCE:  # brought within tolerance by an earlier row's swap
             continue
         ties = [int(j) for j in stacked[:, i].argsort() if float(stacked[j, i]) <= ROUTE_TIE_MARGIN]
         for j in ties[:ROUTE_SWAP_ROUNDS]:
