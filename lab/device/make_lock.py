@@ -56,9 +56,11 @@ OPTIONAL_AT_IMPORT = (
 #: GPU. (distribution, extra-free names of what it needs carried alongside)
 #: (quack-kernels and its torch-c-dlpack-ext: vLLM 0.34.0's first forward on the H200 stopped on "No module named
 #: 'quack'", though the import probe passes with it hidden)
-RUNTIME = ("compressed-tensors", "loguru", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base",
-           "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu13", "quack-kernels",
-           "torch-c-dlpack-ext")  # fmt: skip
+#: (jmespath, model-hosting-container-standards, supervisor and watchfiles: `vllm serve`'s API server imports them at
+#: start-up, which the probe does not reach; on v0.26.0 the first served run on a GPU stopped on each)
+RUNTIME = ("compressed-tensors", "jmespath", "loguru", "model-hosting-container-standards", "nvidia-cutlass-dsl",
+           "nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-core", "nvidia-cutlass-dsl-libs-cu13",
+           "quack-kernels", "supervisor", "torch-c-dlpack-ext", "watchfiles")  # fmt: skip
 #: never carried: cuda-tile shares the `cuda` namespace with the image's cuda-bindings (hidden as `cuda.tile` above,
 #: yet the namespace maps to it); the CUTLASS DSL's cu12 libs, which the cu13 ones replace (vLLM's [cu13] extra)
 EXCLUDED = frozenset({"cuda-tile", "nvidia-cutlass-dsl-libs-cu12"})
