@@ -276,7 +276,7 @@ def _interrupt(signum, _frame):
 
 def serve(args) -> int:
     """The `serve` command: rows printed as they come, all of them written to --out; the server is gone after."""
-    from recall_serve import Plan, ServeError
+    from recall_serve import Plan, ServeError, measured_pairs
     from recall_serve import run as serve_run
 
     from vllm_compose.errors import ExitCode
@@ -291,7 +291,19 @@ def serve(args) -> int:
     except ValueError:
         print(f"--context {args.context!r}: comma-separated whole numbers, e.g. 8192,32768,131072", file=sys.stderr)
         return int(ExitCode.USAGE)
-    plan = Plan(args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching)
+    try:
+        skip = frozenset(tuple(int(n) for n in pair.split("x", 1)) for pair in args.skip.split(",") if pair)
+        if any(len(pair) != 2 for pair in skip):
+            raise ValueError
+    except ValueError:
+        print(f"--skip {args.skip!r}: comma-separated CONTEXTxBATCH pairs, e.g. 131072x8,131072x32", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    plan = Plan(args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching, skip)
+    try:
+        measured_pairs(plan)
+    except ValueError as exc:
+        print(f"--skip {args.skip!r}: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     log = args.log or args.out.with_suffix(".server.log")
     # `timeout` and the device's limit send SIGTERM: unwind as on Ctrl-C, so the server's group is killed
     signal.signal(signal.SIGTERM, _interrupt)
@@ -342,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         "--context", default="8192", help="prompt length(s), comma-separated: each at every batch size, one server"
     )
     s.add_argument("--tokens", type=int, default=64)
+    s.add_argument(
+        "--skip", default="", help="CONTEXTxBATCH pairs not measured, comma-separated (e.g. 131072x8,131072x32)"
+    )
     s.add_argument("--graphs", action="store_true", help="CUDA graphs for decode (no Inductor), else --enforce-eager")
     s.add_argument("--prefix-caching", action="store_true", help="leave vLLM's prefix caching on (off as offline)")
     s.add_argument("--port", type=int, default=0, help="default: a free one")

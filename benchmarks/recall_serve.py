@@ -429,6 +429,9 @@ class Plan:
     mtp: int = 0
     graphs: bool = False
     prefix_caching: bool = False
+    #: (context, batch) pairs not measured: a long context at a large batch is three passes of batch x context
+    #: prompt tokens through prefill, more than one device call holds (131,072 x 32: 12.6M tokens)
+    skip: frozenset[tuple[int, int]] = frozenset()
 
 
 def prompt_lengths(context: int, batch: int) -> list[int]:
@@ -436,12 +439,27 @@ def prompt_lengths(context: int, batch: int) -> list[int]:
     return [context + 64 * i for i in range(batch)]
 
 
+def measured_pairs(plan: Plan) -> list[tuple[int, int]]:
+    """The (context, batch) pairs `plan` measures, in order: shortest context first, each at every batch size
+    not skipped. A skip that names no pair of the plan is refused (a typo would otherwise measure it)."""
+    pairs = [(c, b) for c in sorted(plan.contexts) for b in plan.batches]
+    unknown = sorted(set(plan.skip) - set(pairs))
+    if unknown:
+        named = ", ".join(f"{c}x{b}" for c, b in unknown)
+        raise ValueError(f"skip {named}: not a (context x batch) pair of this plan; pairs are CONTEXTxBATCH")
+    kept = [p for p in pairs if p not in plan.skip]
+    if not kept:
+        raise ValueError("every (context x batch) pair is skipped: nothing to measure")
+    return kept
+
+
 def server_config(plan: Plan) -> ServeConfig:
-    longest = prompt_lengths(max(plan.contexts), max(plan.batches))[-1] + plan.tokens + 8
+    pairs = measured_pairs(plan)
+    longest = max(prompt_lengths(c, b)[-1] for c, b in pairs) + plan.tokens + 8
     return ServeConfig(
         model_dir=plan.model_dir,
         max_model_len=longest,
-        max_num_seqs=max(8, *plan.batches),
+        max_num_seqs=max(8, *(b for _, b in pairs)),
         mtp=plan.mtp,
         graphs=plan.graphs,
         prefix_caching=plan.prefix_caching,
@@ -480,11 +498,16 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
         return start, got, right, accepted, sum(len(p.tokens) for p in prompts)
 
     rows = []
+    pairs = measured_pairs(plan)
     for c, context in enumerate(sorted(plan.contexts)):
+        if not any(pc == context for pc, _ in pairs):
+            continue
         # one short generation at this length first: the kernels its shapes need compile before any timing
         warm = make_prompts(spec, prompt_lengths(context, 1), seed=99 + 1000 * c)
         complete(port, completion_body(plan.model_dir, list(warm[0].tokens), 4, False))
         for b, batch in enumerate(plan.batches):
+            if (context, batch) not in pairs:
+                continue
             # every pass its own prompts: nothing is served from an earlier pass's prefill
             seed = 100 + 1000 * c + 10 * b
             at = {**base, "context": context, "batch": batch}

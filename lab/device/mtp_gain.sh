@@ -4,8 +4,9 @@
 #   lab/device/mtp_gain.sh MTP...        e.g. `0`, then `1` in the next call: one engine per MTP setting, one after
 #                                        another within VC_BUDGET_S (540); then `explain` over every result so far
 #   lab/device/mtp_gain.sh serve MTP...  the same model as users serve it: one `vllm serve` per MTP setting
-#                                        (recall_e2e.py serve, VC_SERVE_ARGS: default batches 1,8,32 at 8,192, 32,768
-#                                        and 131,072-token prompts, 64 tokens, CUDA graphs), streamed and not, every
+#                                        (recall_e2e.py serve, VC_SERVE_ARGS: default batches 1,8,32 at 8,192 and 32,768,
+#                                        batch 1 at 131,072-token prompts, 64 tokens, CUDA graphs; 131,072 x 8 and x 32
+#                                        are three passes of 1M and 4.2M prompt tokens, a call each), streamed and not, every
 #                                        pass judged; then `table` over every serve result so far (serve-table.md)
 # The checkpoint is the GLM-5-shaped recall model whose MTP first drafts are right for 80% of the chain, written on
 # the GPU first when missing (VC_E2E_MODEL, default $S/models/recall_a80). VC_E2E_ARGS sets the configuration
@@ -42,7 +43,7 @@ if [ ! -f "$M/recall_spec.json" ]; then
 fi
 if [ "${1:-}" = serve ]; then
   shift
-  SARGS=${VC_SERVE_ARGS:---batches 1,8,32 --context 8192,32768,131072 --tokens 64 --graphs}
+  SARGS=${VC_SERVE_ARGS:---batches 1,8,32 --context 8192,32768,131072 --tokens 64 --graphs --skip 131072x8,131072x32}
   for k in "$@"; do
     left=$(( BUDGET - ($(date +%s) - START) ))
     if [ "$left" -lt 150 ]; then echo "SKIP serve mtp$k (time)"; continue; fi

@@ -226,6 +226,56 @@ def test_every_context_is_measured_at_every_batch_in_one_server(model_dir):
     assert sorted({len(p) for p in prompts}) == [128, 192, 256]
 
 
+def test_skipped_pairs_are_not_measured_and_do_not_size_the_server(model_dir):
+    plan = rs.Plan(str(model_dir), [1, 2], contexts=[192, 128], tokens=4, skip=frozenset({(192, 2)}))
+    assert rs.measured_pairs(plan) == [(128, 1), (128, 2), (192, 1)]
+    # the longest prompt is now the 192 context at batch 1, the largest batch still 2 (max_num_seqs floor 8)
+    assert rs.server_config(plan).max_model_len == 192 + 4 + 8
+    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(plan, server.server_address[1])
+    finally:
+        server.shutdown()
+    assert [(r["context"], r["batch"], r["path"]) for r in rows] == [
+        (128, 1, "serve-stream"), (128, 1, "serve"), (128, 2, "serve-stream"), (128, 2, "serve"),
+        (192, 1, "serve-stream"), (192, 1, "serve"),
+    ]  # fmt: skip
+    # no 192-token prompt at batch 2 was sent: warm-ups 2, then 3 passes of 1, 2 and 1 requests
+    assert len(stub.bodies) == 2 + 3 * (1 + 2 + 1)
+    # a context whose every batch is skipped gets no warm-up either
+    only = rs.Plan(str(model_dir), [1], contexts=[192, 128], tokens=4, skip=frozenset({(192, 1)}))
+    assert rs.measured_pairs(only) == [(128, 1)]
+
+
+def test_a_skip_outside_the_plan_or_of_everything_is_refused(model_dir, tmp_path, capsys):
+    with pytest.raises(ValueError, match="skip 8192x2: not a"):
+        rs.measured_pairs(rs.Plan("/m", [1], contexts=[128], skip=frozenset({(8192, 2)})))
+    with pytest.raises(ValueError, match="nothing to measure"):
+        rs.measured_pairs(rs.Plan("/m", [1], contexts=[128], skip=frozenset({(128, 1)})))
+    from vllm_compose.errors import ExitCode
+
+    USAGE = int(ExitCode.USAGE)
+    out = tmp_path / "s.json"
+    base = [
+        "serve",
+        "--model",
+        str(model_dir),
+        "--python",
+        "/nonexistent",
+        "--out",
+        str(out),
+        "--context",
+        "128",
+        "--batches",
+        "1",
+    ]
+    assert main([*base, "--skip", "128x1"]) == USAGE and "nothing to measure" in capsys.readouterr().err
+    assert main([*base, "--skip", "128by1"]) == USAGE and "CONTEXTxBATCH" in capsys.readouterr().err
+    assert main([*base, "--skip", "4096x1"]) == USAGE and "4096x1: not a" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "s.json.partial").exists()
+
+
 def test_wrong_tokens_are_marked(model_dir):
     stub = serve_stub.Stub(ttft=0.01, itl=0.02, wrong=True)
     server = serve_stub.start(stub)

@@ -108,7 +108,8 @@ def test_serve_runs_one_server_per_setting_and_tables_every_result_including_a_c
     serves = [c for c in calls if c[0] == "serve"]
     assert [c[c.index("--mtp") + 1] for c in serves] == ["0", "1"]
     assert serves[0][serves[0].index("--batches") :] == ["--batches", "1,8,32", "--context", "8192,32768,131072",
-                                                         "--tokens", "64", "--graphs", "--python", "python3",
+                                                         "--tokens", "64", "--graphs",
+                                                         "--skip", "131072x8,131072x32", "--python", "python3",
                                                          "--out", str(repo / "vc" / "e2e" / "serve-mtp0.json")]  # fmt: skip
     assert not any(c[0] in ("run", "explain") for c in calls)  # serve mode runs no offline engine
     (table,) = [c for c in calls if c[0] == "table"]
