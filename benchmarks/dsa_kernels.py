@@ -23,7 +23,10 @@ labelled `tree@bh<heads a program>.kv<splits>`, its row naming the policies that
 Each sparse-MLA row records its launch (heads a program, head groups, splits, programs), the fp32 partial outputs a
 split launch writes and reads back beside the least bytes (`split_scratch_bytes`), the autotuned kernels' chosen
 config and, where a row's call tuned them, every config's time (`autotune`), and against the first tree's row of the
-same shape its speed-up and largest |difference| (`vs_first_tree`). `--mla-only` times the sparse-MLA decode rows
+same shape its speed-up and largest |difference| (`vs_first_tree`). Their `ms` is the GPU's time with the calls
+replayed in a CUDA graph (`graph_ms`; vLLM captures the sparse-MLA decode in its decode graphs), `ms_launch` beside
+it do_bench's, which at one to eight rows is mostly the Python launch of the wrapper's two kernels (`--mla-timer
+launch` makes do_bench's the `ms`). `--mla-only` times the sparse-MLA decode rows
 alone and FlashMLA's sparse kernel on the same shapes where `--native` has it (no paged logits, no other section), to
 spend GPU minutes on a sparse-MLA candidate; lab/candidates/mla_decide.py reads such a sweep.
 
@@ -127,6 +130,13 @@ def main() -> int:
     ap.add_argument("--mla-min-split", default="", help="e.g. 32,64,128: the least top-k indices a split")
     ap.add_argument("--mla-split-fill", default="", help="e.g. 0.75,1.5: the share of the SMs a grid must cover")
     ap.add_argument("--mla-only", action="store_true", help="time only the sparse-MLA decode rows")
+    ap.add_argument(
+        "--mla-timer",
+        choices=("graph", "launch"),
+        default="graph",
+        help="the sparse-MLA decode rows (and FlashMLA's with --mla-only): replayed in a CUDA graph, as vLLM's decode "
+        "runs them (default), or do_bench's launches, which hold the wrapper's Python launch time",
+    )
     ap.add_argument("--sections", help=f"comma-separated, of {','.join(SECTIONS)} (default: all)")
     ap.add_argument("--sm80-ptx", action="store_true")
     ap.add_argument("--peak-gbs", type=float, default=4800.0)
@@ -224,9 +234,11 @@ def main() -> int:
 
     if "mla-decode" in sections:
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-        time_mla_decode(trees, policies, record, do_bench, torch, dev, sm_count)
+        graph = None if args.mla_timer == "launch" else functools.partial(graph_ms, torch=torch)
+        time_mla_decode(trees, policies, record, do_bench, torch, dev, sm_count, graph_bench=graph)
     if args.mla_only:
-        time_flashmla_sparse(record, do_bench, torch, args.native)
+        bench = do_bench if args.mla_timer == "launch" else functools.partial(graph_ms, torch=torch)
+        time_flashmla_sparse(record, bench, torch, args.native)
         return 0
     extra_sections(trees[0][1], record, args.native, sections, release=args.tree[0])
     return 0
@@ -346,7 +358,9 @@ def mla_plan(mod, policies: dict, rows: int, heads: int, topk: int, sm_count: in
     return [launches[k] for k in sorted(launches)]
 
 
-def time_mla_decode(trees, policies, record, do_bench, torch, dev: str = "cuda", sm_count: int = 132) -> None:
+def time_mla_decode(
+    trees, policies, record, do_bench, torch, dev: str = "cuda", sm_count: int = 132, graph_bench=None
+) -> None:
     """The sparse-MLA decode rows: MLA heads x MLA_ROWS query rows, top-k TOPK over a flat MLA_SLOTS latent cache;
     every tree on the same inputs, at `sm_count` SMs (passed to the kernel, as the backend passes its cached count).
 
@@ -354,7 +368,9 @@ def time_mla_decode(trees, policies, record, do_bench, torch, dev: str = "cuda",
     policies make at each shape (many make the same one: at 8 heads every heads-per-program value is 16), labelled
     `tree@bh<heads a program>.kv<splits>` and naming those policies; any other tree once, as it is. Each row
     records its launch, the split scratch traffic, the autotuned config, and against the first tree's row of the
-    shape its speed-up and largest output difference. A launch that raises becomes its row."""
+    shape its speed-up and largest output difference. A launch that raises becomes its row. With `graph_bench` (`graph_ms` on a
+    GPU) a row's `ms` is its time replayed in a CUDA graph, as vLLM's decode runs it (`timer: graph`), and `ms_launch`
+    do_bench's, which holds the Python launch of the wrapper's two kernels; without it `ms` is do_bench's."""
     slots = MLA_SLOTS
     kv = (torch.randn(slots, 1, MLA_QK_DIM, device=dev) * 0.5).to(torch.bfloat16)
     for label, heads in MLA:
@@ -383,6 +399,10 @@ def time_mla_decode(trees, policies, record, do_bench, torch, dev: str = "cuda",
                             setattr(mod, attr, value)
                         forget_autotuned(mod)
                         ms = do_bench(run)
+                        timing = {"timer": "launch"}
+                        if graph_bench is not None:
+                            timing = {"timer": "graph", "ms_launch": ms}
+                            ms = graph_bench(run)
                         got = run().float()
                     except Exception as exc:  # noqa: BLE001 - a launch that cannot run is a result of the sweep
                         record({**row, **_unavailable(row["kernel"], shape, row["bytes"], exc), "tree": row["tree"]})
@@ -390,7 +410,7 @@ def time_mla_decode(trees, policies, record, do_bench, torch, dev: str = "cuda",
                     finally:
                         for attr, value in saved.items():
                             setattr(mod, attr, value)
-                    row.update(ms=ms, autotune=autotuned(mod))
+                    row.update(ms=ms, **timing, autotune=autotuned(mod))
                     if first is None:
                         first = (ms, got)
                     else:
@@ -874,6 +894,46 @@ def time_indexer_q(record, do_bench, torch, release: Path | None) -> None:
 
             shape = f"{label} {heads}h x {HEAD_DIM} tokens {tokens} rope {rope_label}"
             _guarded(rec, "indexer query path (sm_8x)", shape, indexer_q_bytes(tokens, heads), measure)
+
+
+def graph_ms(fn, torch, calls: int = 20, replays: int = 9, flush_bytes: int = 256 << 20) -> float:
+    """`fn`'s GPU time in ms as a CUDA graph replays it, as vLLM's decode graphs run the sparse-MLA decode: no host
+    launch time, which `do_bench` measures instead wherever the kernels take less time than their Python launch (one
+    to eight rows). `fn` runs once first (compile, autotune: nothing is tuned inside a capture); then one graph of
+    `calls` x (an L2 flush, `fn`) and one of `calls` flushes alone are each replayed `replays` times, and the result is
+    the difference of their median replays over `calls`: every call starts with the L2 cold, as do_bench's do, and
+    the flush's own time is taken out. `flush_bytes` (256 MiB) is larger than an A100's, H100's or H200's L2."""
+    import statistics
+
+    fn()
+    torch.cuda.synchronize()
+    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+
+    def capture(with_fn: bool):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                flush.zero_()
+                if with_fn:
+                    fn()
+        return graph
+
+    def median_replay(graph) -> float:
+        graph.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(replays):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+
+    with_fn, flushes = capture(True), capture(False)
+    ms = (median_replay(with_fn) - median_replay(flushes)) / calls
+    return ms
 
 
 def wall_ms(fn) -> float:

@@ -258,7 +258,7 @@ def test_the_candidates_pre_image_is_the_composed_v0_26_0_module():
 #: small shape (20 heads, 2 rows, top-k 256 over 300 slots), sweeping heads a program 16/32/64 x most splits 16/64 x
 #: least indices a split 32/128 at 132 SMs (an H200's). 12 policies make 4 launches: 16 heads a program (2 groups)
 #: or 32 (bh32 and bh64: 20 heads are 32 rounded up), each in 8 splits (256 / 32, the policy capped by the indices)
-#: or 2 (256 / 128). The composed kernel splits 2 ways too. `do_bench` calls once and says 1 ms.
+#: or 2 (256 / 128). The composed kernel splits 2 ways too. `do_bench` calls once and says 1 ms, the graph timer 0.5.
 BENCH_SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -276,7 +276,8 @@ for root in sys.argv[1:3]:
 dk.MLA, dk.MLA_ROWS, dk.TOPK, dk.MLA_SLOTS = [("t", 20)], [2], 256, 300
 policies = dk.mla_policies({"mla_max_block_h": "16,32,64", "mla_max_splits": "16,64", "mla_min_split": "32,128"})
 rows = []
-dk.time_mla_decode(trees, policies, rows.append, lambda fn: (fn(), 1.0)[1], torch, "cpu", 132)
+dk.time_mla_decode(trees, policies, rows.append, lambda fn: (fn(), 1.0)[1], torch, "cpu", 132,
+                   graph_bench=lambda fn: (fn(), 0.5)[1])
 Path(sys.argv[3]).write_text(json.dumps({"policies": policies, "rows": rows}))
 """
 
@@ -308,9 +309,11 @@ def test_the_benchmark_times_each_launch_the_policies_make_once(tmp_path):
         # the autotuned kernel that ran (split-KV, then the merge, which is not autotuned) and its config
         assert list(r["autotune"]) == ["_sparse_mla_kernel_split"], r["autotune"]
         assert r["autotune"]["_sparse_mla_kernel_split"]["config"].startswith("BLOCK_N: 32, num_warps: ")
+        # the graph timer's time is the row's, do_bench's beside it
+        assert (r["timer"], r["ms"], r["ms_launch"]) == ("graph", 0.5, 1.0)
     for r in rows[1:]:
         diff = r["vs_first_tree"]
-        assert diff["speedup"] == 1.0  # the stand-in's 1 ms over 1 ms
+        assert diff["speedup"] == 1.0  # the stand-in's 0.5 ms over 0.5 ms
         assert diff["finite"] and diff["max_abs_diff"] <= 2**-7 and diff["max_abs_first"] > 0.1, (r["tree"], diff)
 
 
