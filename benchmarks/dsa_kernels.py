@@ -4,7 +4,8 @@ PR #38476's kernels as composed (`mqa_logits_triton.py`: the indexer's paged dec
 the sparse-MLA decode attention), loaded from a tree without vLLM (`lab/device/kernel_offsets.install_vllm_shim`) and
 timed with `triton.testing.do_bench` on a GPU, as Triton builds them for that GPU or, with `--sm80-ptx`, as an A100's
 sm_80 PTX (`lab/device/sm80_ptx.py`). Each row gives the time, the bytes the kernel must move at least (inputs read
-once, outputs written once) and that as a share of `--peak-gbs` (H200: 4,800 GB/s).
+once, outputs written once) and that as a share of the GPU's HBM bandwidth (`--peak-gbs`, by default its spec sheet's
+figure by name: H200 4,800 GB/s, H100 SXM 3,350).
 
     python3 benchmarks/dsa_kernels.py --tree T [--tree T2 ...] [--sm80-ptx] --out dsa_kernels.json
 
@@ -109,6 +110,30 @@ def sparse_mla_decode_bytes(rows: int, heads: int, topk: int = TOPK) -> int:
 SECTIONS = ("paged-logits", "mla-decode", "prefill-logits", "mtp", "native", "topk", "mla-prefill", "indexer-q")
 
 
+#: HBM bandwidth by GPU name (GB/s, the vendors' spec sheets): a row's share of the roofline is of its own GPU's
+PEAK_GBS = {
+    "H200": 4800.0,
+    "H100 80GB HBM3": 3350.0,  # SXM
+    "H100 NVL": 3900.0,
+    "H100 PCIe": 2000.0,
+    "A100-SXM4-80GB": 2039.0,
+    "A100 80GB PCIe": 1935.0,
+    "A100-SXM4-40GB": 1555.0,
+    "A100-PCIE-40GB": 1555.0,
+    "RTX 3090": 936.0,
+}
+
+
+def peak_gbs(device_name: str) -> float:
+    """The HBM bandwidth of the GPU `device_name` (torch's name for it) names; ValueError when none is known."""
+    known = [(key, gbs) for key, gbs in PEAK_GBS.items() if key in device_name]
+    if len(known) != 1:
+        raise ValueError(
+            f"no HBM bandwidth known for {device_name!r} (known: {', '.join(PEAK_GBS)}); give --peak-gbs GB/s"
+        )
+    return known[0][1]
+
+
 def parse_sections(text: str) -> tuple[str, ...]:
     """The sections a `--sections` value names (comma-separated), in the run's order. Raises ValueError naming
     the unknown ones and the known, or saying that none was named."""
@@ -139,7 +164,11 @@ def main() -> int:
     )
     ap.add_argument("--sections", help=f"comma-separated, of {','.join(SECTIONS)} (default: all)")
     ap.add_argument("--sm80-ptx", action="store_true")
-    ap.add_argument("--peak-gbs", type=float, default=4800.0)
+    ap.add_argument(
+        "--peak-gbs",
+        type=float,
+        help="the GPU's HBM bandwidth, GB/s (default: by its name, PEAK_GBS; a GPU not there needs it given)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument(
         "--native",
@@ -165,6 +194,11 @@ def main() -> int:
     from kernel_offsets import install_vllm_shim
     from triton.testing import do_bench
 
+    if args.peak_gbs is None:
+        try:
+            args.peak_gbs = peak_gbs(torch.cuda.get_device_name(0))
+        except ValueError as exc:
+            ap.error(str(exc))
     trees = [(tree.name, install_vllm_shim(tree)) for tree in args.tree]
     bpps = [int(b) for b in args.paged_blocks_per_prog.split(",") if b]
     dev = "cuda"

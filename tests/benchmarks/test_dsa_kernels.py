@@ -450,3 +450,12 @@ def test_a_bad_sweep_value_is_a_usage_error_before_anything_runs(tmp_path, capsy
         dk.main()
     assert exc.value.code == 2 and "--mla-min-split '32,abc': 'abc' is not an integer" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_roofline_is_the_gpus_own_by_name():
+    assert dk.peak_gbs("NVIDIA H200") == 4800.0
+    assert dk.peak_gbs("NVIDIA H100 80GB HBM3") == 3350.0
+    assert dk.peak_gbs("NVIDIA A100-SXM4-80GB") == 2039.0
+    assert dk.peak_gbs("NVIDIA GeForce RTX 3090") == 936.0
+    with pytest.raises(ValueError, match=r"no HBM bandwidth known for 'NVIDIA CMP 170HX'.*give --peak-gbs"):
+        dk.peak_gbs("NVIDIA CMP 170HX")
