@@ -317,6 +317,28 @@ def test_the_benchmark_times_each_launch_the_policies_make_once(tmp_path):
         assert diff["finite"] and diff["max_abs_diff"] <= 2**-7 and diff["max_abs_first"] > 0.1, (r["tree"], diff)
 
 
+def test_sixteen_head_programs_tune_over_4_warp_configs_the_others_over_8(tmp_path, no_lasting_stand_in):
+    pytest.importorskip("triton", reason="the candidate module imports Triton")
+    from kernel_offsets import install_vllm_shim
+
+    _, after = module_texts()
+    mod = install_vllm_shim(tree_of(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
+    configs = mod._AUTOTUNE_CONFIGS
+
+    def kept(block_h):
+        chosen = mod._configs_for_block_h(configs, {}, BLOCK_H=block_h)
+        return [(c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in chosen]
+
+    assert kept(16) == [(32, 4, 5), (32, 4, 3), (32, 4, 2)]
+    assert kept(32) == kept(64) == [(32, 8, 5), (16, 8, 5), (32, 8, 3)]
+    # read from the call's arguments when the launch passes BLOCK_H positionally
+    assert mod._configs_for_block_h(configs, {"BLOCK_H": 16}) == [c for c in configs if c.num_warps == 4]
+    # a list without the wanted warp count is kept whole (the interpreter's first-config-only runs)
+    assert mod._configs_for_block_h(configs[:1], {}, BLOCK_H=16) == configs[:1]
+    for kernel in (mod._sparse_mla_kernel_final, mod._sparse_mla_kernel_split):
+        assert kernel.early_config_prune is mod._configs_for_block_h
+
+
 def test_the_first_config_builds_for_sm80_without_spills_inside_an_a100s_shared_memory(tmp_path, no_lasting_stand_in):
     # a compile for sm_80 on the CPU (Triton's PTX, the wheel's ptxas), not a timing: the config the interpreter runs
     # and the GPU autotune tries first must hold the 64-head accumulator in registers, fit an A100's 163 KB of shared
