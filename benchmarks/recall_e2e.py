@@ -76,7 +76,7 @@ def table(results: list[dict]) -> str:
 
 
 #: a result's `path`, in the order the table lists a configuration's rows (offline results before it had none)
-PATHS = ("offline", "serve", "serve-stream")
+PATHS = ("offline", "serve", "serve-cached", "serve-stream")
 
 
 def read_results(paths: list[Path]) -> list[dict]:
@@ -298,7 +298,9 @@ def serve(args) -> int:
     except ValueError:
         print(f"--skip {args.skip!r}: comma-separated CONTEXTxBATCH pairs, e.g. 131072x8,131072x32", file=sys.stderr)
         return int(ExitCode.USAGE)
-    plan = Plan(args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching, skip)
+    plan = Plan(
+        args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching, skip, args.reuse_prompts
+    )
     try:
         measured_pairs(plan)
     except ValueError as exc:
@@ -359,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--graphs", action="store_true", help="CUDA graphs for decode (no Inductor), else --enforce-eager")
     s.add_argument("--prefix-caching", action="store_true", help="leave vLLM's prefix caching on (off as offline)")
+    s.add_argument(
+        "--reuse-prompts",
+        action="store_true",
+        help="the plain passes resend the streamed pass's prompts, from the prefix cache (rows `serve-cached`): one "
+        "prefill a pair, for the long contexts at large batches",
+    )
     s.add_argument("--port", type=int, default=0, help="default: a free one")
     s.add_argument("--ready-timeout", type=float, default=600.0, help="seconds for the server to answer /health")
     s.add_argument("--python", default=sys.executable, help="the interpreter that runs `vllm serve`")

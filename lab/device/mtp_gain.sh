@@ -8,6 +8,10 @@
 #                                        batch 1 at 131,072-token prompts, 64 tokens, CUDA graphs; 131,072 x 8 and x 32
 #                                        are three passes of 1M and 4.2M prompt tokens, a call each), streamed and not, every
 #                                        pass judged; then `table` over every serve result so far (serve-table.md)
+#   lab/device/mtp_gain.sh serve-long MTP... the pairs `serve` leaves out, one server per MTP setting (batches 8 and 32
+#                                        at 131,072 tokens, VC_SERVE_LONG_ARGS): the plain passes resend the streamed
+#                                        pass's prompts from the prefix cache (--reuse-prompts, rows `serve-cached`),
+#                                        so a pair is one prefill (4.2M tokens at batch 32); serve-long-mtpK.json
 # The checkpoint is the GLM-5-shaped recall model whose MTP first drafts are right for 80% of the chain, written on
 # the GPU first when missing (VC_E2E_MODEL, default $S/models/recall_a80). VC_E2E_ARGS sets the configuration
 # (default: batch 8, 8,192-token prompts, 128 tokens, CUDA graphs, 3 warm pairs after the cold one).
@@ -41,20 +45,26 @@ if [ ! -f "$M/recall_spec.json" ]; then
   echo "== model $M (acceptance 0.8)"
   go python3 "$E2E" model --out "$M" --acceptance 0.8 > "$D/model.log" 2>&1 || { echo "model: failed"; tail -5 "$D/model.log"; exit 1; }
 fi
-if [ "${1:-}" = serve ]; then
-  shift
+if [ "${1:-}" = serve ] || [ "${1:-}" = serve-long ]; then
+  NAME=serve
   SARGS=${VC_SERVE_ARGS:---batches 1,8,32 --context 8192,32768,131072 --tokens 64 --graphs --skip 131072x8,131072x32}
+  if [ "$1" = serve-long ]; then
+    NAME=serve-long
+    SARGS=${VC_SERVE_LONG_ARGS:---batches 8,32 --context 131072 --tokens 64 --graphs --reuse-prompts}
+  fi
+  shift
   for k in "$@"; do
     left=$(( BUDGET - ($(date +%s) - START) ))
-    if [ "$left" -lt 150 ]; then echo "SKIP serve mtp$k (time)"; continue; fi
-    echo "== serve mtp$k at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
-    # rows are kept in serve-mtpK.json.partial as they come, so a call cut short keeps what it measured
+    if [ "$left" -lt 150 ]; then echo "SKIP $NAME mtp$k (time)"; continue; fi
+    echo "== $NAME mtp$k at $(( $(date +%s) - START ))s (limit $(( left - 15 ))s)"
+    # rows are kept in NAME-mtpK.json.partial as they come, so a call cut short keeps what it measured
     # shellcheck disable=SC2086  # SARGS are words
     go timeout -s INT -k 15 $(( left - 15 )) python3 "$E2E" serve --model "$M" --mtp "$k" $SARGS --python python3 \
-      --out "$D/serve-mtp$k.json" > "$D/serve-mtp$k.log" 2>&1
-    echo "rc=$? serve mtp$k $(tail -1 "$D/serve-mtp$k.log" 2>/dev/null | cut -c1-300)"
+      --out "$D/$NAME-mtp$k.json" > "$D/$NAME-mtp$k.log" 2>&1
+    echo "rc=$? $NAME mtp$k $(tail -1 "$D/$NAME-mtp$k.log" 2>/dev/null | cut -c1-300)"
   done
-  results=$(ls "$D"/serve-mtp*.json "$D"/serve-mtp*.json.partial 2>/dev/null)
+  results=$(ls "$D"/serve-mtp*.json "$D"/serve-mtp*.json.partial "$D"/serve-long-mtp*.json \
+    "$D"/serve-long-mtp*.json.partial 2>/dev/null)
   if [ -n "$results" ]; then
     # shellcheck disable=SC2086  # one word a file
     go python3 "$E2E" table $results > "$D/serve-table.md" 2> "$D/serve-table.err"

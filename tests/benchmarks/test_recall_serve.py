@@ -248,6 +248,30 @@ def test_skipped_pairs_are_not_measured_and_do_not_size_the_server(model_dir):
     assert rs.measured_pairs(only) == [(128, 1)]
 
 
+def test_reused_prompts_are_the_streamed_passs_with_the_prefix_cache_on(model_dir):
+    plan = rs.Plan(str(model_dir), [1, 2], contexts=[128], tokens=4, reuse_prompts=True)
+    assert rs.server_config(plan).prefix_caching
+    assert "--no-enable-prefix-caching" not in rs.serve_command(rs.server_config(plan), port=1)
+    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(plan, server.server_address[1])
+    finally:
+        server.shutdown()
+    assert [(r["batch"], r["path"]) for r in rows] == [
+        (1, "serve-stream"), (1, "serve-cached"), (2, "serve-stream"), (2, "serve-cached"),
+    ]  # fmt: skip
+    assert all(r["as_predicted"] and r["per_request_tok_s"] > 0 for r in rows)
+    # the warm-up, then per batch size three passes of the same prompts; the batch sizes' prompts differ
+    prompts = [tuple(b["prompt"]) for b in stub.bodies]
+    assert len(prompts) == 1 + 3 * (1 + 2)
+    first, second = prompts[1:4], prompts[4:]
+    # (a pass's requests arrive in any order)
+    assert first == [first[0]] * 3 and len(set(second)) == 2
+    assert set(second[:2]) == set(second[2:4]) == set(second[4:])
+    assert first[0] not in second and prompts[0] not in prompts[1:]
+
+
 def test_a_skip_outside_the_plan_or_of_everything_is_refused(model_dir, tmp_path, capsys):
     with pytest.raises(ValueError, match="skip 8192x2: not a"):
         rs.measured_pairs(rs.Plan("/m", [1], contexts=[128], skip=frozenset({(8192, 2)})))

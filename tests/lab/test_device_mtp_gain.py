@@ -101,6 +101,21 @@ def test_a_dry_run_prints_the_commands_and_runs_nothing(repo):
     assert not (repo / "calls").exists()
 
 
+def test_serve_long_measures_the_left_out_pairs_from_one_prefill_and_tables_them_with_the_rest(repo):
+    assert _run(repo, "serve", "0").returncode == 0
+    proc = _run(repo, "serve-long", "0", "2")
+    assert proc.returncode == 0, proc.stderr
+    serves = [c for c in _calls(repo) if c[0] == "serve"]
+    assert [c[c.index("--mtp") + 1] for c in serves] == ["0", "0", "2"]
+    assert serves[1][serves[1].index("--batches") :] == ["--batches", "8,32", "--context", "131072", "--tokens", "64",
+                                                         "--graphs", "--reuse-prompts", "--python", "python3",
+                                                         "--out", str(repo / "vc" / "e2e" / "serve-long-mtp0.json")]  # fmt: skip
+    tables = [c for c in _calls(repo) if c[0] == "table"]
+    assert sorted(Path(a).name for a in tables[-1][1:]) == [
+        "serve-long-mtp0.json", "serve-long-mtp2.json", "serve-mtp0.json"
+    ]  # fmt: skip
+
+
 def test_serve_runs_one_server_per_setting_and_tables_every_result_including_a_cut_one(repo):
     proc = _run(repo, "serve", "0", "1", FAKE_CUT="1")
     assert proc.returncode == 0, proc.stderr
