@@ -459,3 +459,66 @@ def test_the_roofline_is_the_gpus_own_by_name():
     assert dk.peak_gbs("NVIDIA GeForce RTX 3090") == 936.0
     with pytest.raises(ValueError, match=r"no HBM bandwidth known for 'NVIDIA CMP 170HX'.*give --peak-gbs"):
         dk.peak_gbs("NVIDIA CMP 170HX")
+
+
+class _FakeGpu:
+    """A stand-in for torch's CUDA graph API: work called inside a capture is recorded, a replay runs it and moves a
+    simulated clock by each piece's cost; events read that clock."""
+
+    def __init__(self):
+        self.clock, self.capturing, self.eager_calls = 0.0, None, 0
+        gpu = self
+
+        class Graph:
+            def __init__(self):
+                self.work = []
+
+            def replay(self):
+                gpu.clock += sum(self.work)
+
+        class Capture:
+            def __init__(self, graph):
+                self.graph = graph
+
+            def __enter__(self):
+                gpu.capturing = self.graph
+
+            def __exit__(self, *exc):
+                gpu.capturing = None
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = gpu.clock
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+
+        class Buffer:
+            def zero_(self):
+                gpu.work(2.0)  # the L2 flush: 2 ms
+
+        self.cuda = type("cuda", (), {"CUDAGraph": Graph, "graph": Capture, "Event": Event,
+                                      "synchronize": staticmethod(lambda: None)})  # fmt: skip
+        self.empty = lambda *a, **k: Buffer()
+        self.int32 = "int32"
+
+    def work(self, ms: float) -> None:
+        if self.capturing is None:
+            self.eager_calls += 1
+        else:
+            self.capturing.work.append(ms)
+
+
+def test_the_graph_timer_takes_the_flush_out_and_tunes_outside_the_capture():
+    gpu = _FakeGpu()
+    assert dk.graph_ms(lambda: gpu.work(0.25), gpu, calls=20, replays=3) == pytest.approx(0.25)
+    # one eager call first (compile, autotune), none of the timed ones
+    assert gpu.eager_calls == 1
+    # a slower kernel reads slower by exactly its cost
+    assert dk.graph_ms(lambda: gpu.work(1.5), gpu, calls=7, replays=1) == pytest.approx(1.5)
