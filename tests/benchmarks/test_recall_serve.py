@@ -226,17 +226,22 @@ def test_every_context_is_measured_at_every_batch_in_one_server(model_dir):
     assert sorted({len(p) for p in prompts}) == [128, 192, 256]
 
 
+def _measured_by_stub(plan):
+    """(the stub that served it, the rows) of `plan` measured against a fresh stub server."""
+    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
+    server = serve_stub.start(stub)
+    try:
+        return stub, rs.measure(plan, server.server_address[1])
+    finally:
+        server.shutdown()
+
+
 def test_skipped_pairs_are_not_measured_and_do_not_size_the_server(model_dir):
     plan = rs.Plan(str(model_dir), [1, 2], contexts=[192, 128], tokens=4, skip=frozenset({(192, 2)}))
     assert rs.measured_pairs(plan) == [(128, 1), (128, 2), (192, 1)]
     # the longest prompt is now the 192 context at batch 1, the largest batch still 2 (max_num_seqs floor 8)
     assert rs.server_config(plan).max_model_len == 192 + 4 + 8
-    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
-    server = serve_stub.start(stub)
-    try:
-        rows = rs.measure(plan, server.server_address[1])
-    finally:
-        server.shutdown()
+    stub, rows = _measured_by_stub(plan)
     assert [(r["context"], r["batch"], r["path"]) for r in rows] == [
         (128, 1, "serve-stream"), (128, 1, "serve"), (128, 2, "serve-stream"), (128, 2, "serve"),
         (192, 1, "serve-stream"), (192, 1, "serve"),
@@ -252,12 +257,7 @@ def test_reused_prompts_are_the_streamed_passs_with_the_prefix_cache_on(model_di
     plan = rs.Plan(str(model_dir), [1, 2], contexts=[128], tokens=4, reuse_prompts=True)
     assert rs.server_config(plan).prefix_caching
     assert "--no-enable-prefix-caching" not in rs.serve_command(rs.server_config(plan), port=1)
-    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
-    server = serve_stub.start(stub)
-    try:
-        rows = rs.measure(plan, server.server_address[1])
-    finally:
-        server.shutdown()
+    stub, rows = _measured_by_stub(plan)
     assert [(r["batch"], r["path"]) for r in rows] == [
         (1, "serve-stream"), (1, "serve-cached"), (2, "serve-stream"), (2, "serve-cached"),
     ]  # fmt: skip
