@@ -7,12 +7,16 @@ way). A GPU run therefore needs no composed tree: `trees` writes the kernel befo
 patch alone, each with an empty `mqa_logits_triton.py` beside it (lab/device/kernel_offsets.py's loader wants both
 modules; a sparse-MLA run never calls the indexer's):
 
-    python3 lab/candidates/candidate_patch.py trees lab/candidates/perf-sparse-mla-decode-all-heads.patch \\
+    python3 lab/candidates/candidate_patch.py trees series/patches/0044-perf-triton-mla-sparse-one-gather-tile.patch \\
         --before .devkern/v0260 --after .devkern/mla
 
 `rewrite` writes the patch again from a new post-image and commit message (default: the patch's own), as git
 format-patch with one hunk over the whole file and the author, date and zero commit id the candidates have, then
-checks that its post-image reads back as the file given:
+checks that its post-image reads back as the file given. The hunk's lines follow the audit's own line alignment
+(`vllm_compose.audit.align.Alignment`), not git's diff: a rewrite this large has many equally short diffs, and where
+git's pairs a removed line with added lines across a line the alignment keeps, the audit cannot find that change
+group in the composed file and refuses the entry (two of 65 groups, the first time this kernel was written as a
+series entry). Same two images, so the same patch to `git apply`:
 
     python3 lab/candidates/candidate_patch.py rewrite PATCH --post NEW.py [--message MSG.txt]
 """
@@ -96,8 +100,40 @@ def rewrite(patch: Path, post_image: str, message: str) -> str:
         git("commit", "-q", "-a", "-F", str(work / "MSG"), cwd=work)
         context = max(before.count("\n"), post_image.count("\n")) + 1  # one hunk over the whole file
         text = git("format-patch", "-1", "--stdout", "--no-signature", f"-U{context}", "HEAD", cwd=work)
+        # git's hunk replaced by the alignment's (the same images), the diffstat recounted from it
+        head, diff = text.split("\ndiff --git ", 1)
+        diff_head = "diff --git " + diff.split("\n@@ ", 1)[0] + "\n"
+        diff = diff_head + aligned_hunk(before, post_image)
+        (work / "D.patch").write_text(diff)
+        stat = git("apply", "--stat", "D.patch", cwd=work)
+        message_part, _ = head.split("\n---\n", 1)
+        text = f"{message_part}\n---\n{stat}\n{diff}"
     first, rest = text.split("\n", 1)
     return "From 0000000000000000000000000000000000000000 " + first.split(" ", 2)[2] + "\n" + rest
+
+
+def aligned_hunk(before: str, after: str) -> str:
+    """One unified-diff hunk over the whole file, `before` -> `after`, whose change groups are the audit alignment's
+    gaps: in each, the old lines the alignment drops, then the new lines it adds."""
+    from vllm_compose.audit.align import Alignment
+
+    old, new = before.splitlines(), after.splitlines()
+    al = Alignment(old, new)
+    lines = [f"@@ -1,{len(old)} +1,{len(new)} @@"]
+    i = j = 0
+    while i < len(old) or j < len(new):
+        if j < len(new) and al.origin[j] is not None and al.origin[j] == i:
+            lines.append(" " + new[j])
+            i, j = i + 1, j + 1
+        elif i < len(old) and not al.kept[i]:
+            lines.append("-" + old[i])
+            i += 1
+        elif j < len(new) and al.origin[j] is None:
+            lines.append("+" + new[j])
+            j += 1
+        else:  # the alignment crosses itself: not a diff
+            raise CandidatePatchError(f"the alignment is not monotonic at old line {i + 1}, new line {j + 1}")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:?set OUT to the folder the results go to}
 DEADLINE=${DEADLINE:-570}
 T=.devkern
-PATCH=lab/candidates/perf-sparse-mla-decode-all-heads.patch
+PATCH=${PATCH:-series/patches/0044-perf-triton-mla-sparse-one-gather-tile.patch}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 
 # run NAME CAP CMD...: CMD under min(CAP, seconds left), its output in $OUT/NAME.log and on stdout; its exit status

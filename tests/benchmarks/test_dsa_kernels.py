@@ -361,7 +361,7 @@ def test_the_sparse_mla_prefill_section_runs_the_kernel_and_writes_its_row(tmp_p
 
     # the composed kernel: the pre-image of the candidate's whole-file hunk (tests/lab/test_candidate_sparse_mla.py
     # checks it against the compose's file where a composed tree is at hand)
-    candidate = ROOT / "lab/candidates/perf-sparse-mla-decode-all-heads.patch"
+    candidate = ROOT / "series/patches/0044-perf-triton-mla-sparse-one-gather-tile.patch"
     ((hunk,),) = [fp.hunks for fp in parse_patch(candidate.read_bytes(), candidate.name).files]
     tree = kernel_tree(tmp_path / "tree", triton_mla_sparse_kernel="\n".join(hunk.pre_image) + "\n")
     out = tmp_path / "rows.json"

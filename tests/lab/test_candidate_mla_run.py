@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CANDIDATES = REPO / "lab" / "candidates"
-PATCH = CANDIDATES / "perf-sparse-mla-decode-all-heads.patch"
+PATCH = REPO / "series" / "patches" / "0044-perf-triton-mla-sparse-one-gather-tile.patch"
 KERNEL = "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
 sys.path.insert(0, str(CANDIDATES))
 
@@ -32,7 +32,7 @@ def test_the_patch_is_what_rewrite_writes_from_its_own_images_and_message(tmp_pa
     path, before, after = cp.images(PATCH)
     assert path == KERNEL and before.startswith("# SPDX") and after.rstrip().endswith("return out")
     assert cp.rewrite(PATCH, after, cp.message_of(PATCH)) == PATCH.read_text()
-    assert cp.message_of(PATCH).startswith("triton_mla_sparse: every head of a token in one program, each KV tile ")
+    assert cp.message_of(PATCH).startswith("triton_mla_sparse: one gather a KV tile, split-KV to fill 1.5x the SMs\n")
 
 
 def test_rewrite_carries_a_new_post_image_and_message(tmp_path):
@@ -233,7 +233,7 @@ def test_the_gpu_run_builds_the_trees_sweeps_decides_and_checks_the_winner(tmp_p
         pytest.skip("no bash or timeout")
     repo = tmp_path / "repo"
     for rel in ("lab/candidates/mla_gpu_run.sh", "lab/candidates/candidate_patch.py", "lab/candidates/mla_decide.py",
-                "lab/candidates/perf-sparse-mla-decode-all-heads.patch"):  # fmt: skip
+                "series/patches/0044-perf-triton-mla-sparse-one-gather-tile.patch"):  # fmt: skip
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, repo / rel)
     _write_mkdirs(repo / "benchmarks/dsa_kernels.py", FAKE_BENCH)
