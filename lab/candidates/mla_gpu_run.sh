@@ -7,7 +7,7 @@
 # 10-minute limit with what it measured (every script writes its rows as they finish):
 #   trees    the kernel before (v0260) and the candidate (mla) from the patch's own images (no composed tree needed)
 #   sweep    benchmarks/dsa_kernels.py, both kernels on the same inputs, sm_80 PTX: heads a program x most splits x
-#            least indices a split x SM fill, at 1/8/32/64 rows of GLM-5 TP1, DeepSeek-V3.2 TP1 and their TP8 shapes
+#            least indices a split x SM fill (MLA_BH, MLA_SPLITS, MLA_MIN_SPLIT, MLA_FILL: comma lists), at 1/8/32/64 rows of GLM-5 TP1, DeepSeek-V3.2 TP1 and their TP8 shapes
 #   decide   lab/candidates/mla_decide.py: the rule; writes the winner's tree (win) and the split counts to check
 #   oracle   lab/device/oracle_kernels.py on the winner and on the kernel before (same inputs): 8 tokens x 64 and
 #            x 128 heads, top-k 2048, at 1, every split count the winner launched and its own choice; the fault
@@ -44,7 +44,8 @@ rm -rf "$T/v0260" "$T/mla" "$T/win"
 run trees 30 python3 lab/candidates/candidate_patch.py trees "$PATCH" --before "$T/v0260" --after "$T/mla" || exit 1
 
 run sweep 320 python3 benchmarks/dsa_kernels.py --tree "$T/v0260" --tree "$T/mla" --mla-only --sm80-ptx \
-  --mla-max-block-h 16,32,64 --mla-max-splits 16,32,64 --mla-min-split 32,64,128 --mla-split-fill 0.75,1.5 \
+  --mla-max-block-h "${MLA_BH:-16,32,64}" --mla-max-splits "${MLA_SPLITS:-16,32,64}" \
+  --mla-min-split "${MLA_MIN_SPLIT:-32,64,128}" --mla-split-fill "${MLA_FILL:-0.75,1.5}" \
   --out "$OUT/mla_sweep_sm80.json"
 
 run decide 30 python3 lab/candidates/mla_decide.py "$OUT/mla_sweep_sm80.json" --tree "$T/mla" --write "$T/win" \
