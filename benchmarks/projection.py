@@ -238,6 +238,33 @@ class KernelTable:
         return self._ms("sparse MLA decode", f"{family}{rows}", family, rows, rows_of)
 
 
+def with_mla_rows(doc: dict, source: str, sweep: dict, sweep_source: str, pick: str) -> dict:
+    """`doc` with its sparse-MLA decode rows replaced by `sweep`'s (a dsa_kernels.py run with several trees or
+    policies, e.g. lab/candidates/mla_gpu_run.sh's sweep, timed in CUDA graphs): the rows of tree `pick` (`v0260`)
+    or of the launch that policy `pick` made (`bh16/kv16/min128/fill1.5`). Both runs must have timed on one kind of
+    GPU (the same `peak_gbs`): the slow end scales every kernel time by that one peak."""
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("rows"), list):
+        raise ProjectionError(f"{sweep_source} is not a dsa_kernels.py result (no 'rows' list)")
+    if sweep.get("peak_gbs") != doc.get("peak_gbs"):
+        raise ProjectionError(
+            f"{sweep_source} was timed on a GPU of {sweep.get('peak_gbs')} GB/s, {source} on one of "
+            f"{doc.get('peak_gbs')} GB/s; the projection scales both by one peak: take rows from one kind of GPU"
+        )
+    mla = [
+        {k: v for k, v in r.items() if k not in ("tree", "policies")}
+        for r in sweep["rows"]
+        if r.get("kernel") == "sparse MLA decode" and (r.get("tree") == pick or pick in (r.get("policies") or ()))
+    ]
+    if not mla:
+        trees = sorted({str(r.get("tree")) for r in sweep["rows"]})
+        raise ProjectionError(
+            f"{sweep_source} has no sparse-MLA decode rows of tree or policy {pick!r} (trees: {', '.join(trees)}; a "
+            "policy is named as in the rows' 'policies')"
+        )
+    kept = [r for r in doc["rows"] if r.get("kernel") != "sparse MLA decode"]
+    return {**doc, "rows": kept + mla, "mla_rows": {"source": sweep_source, "pick": pick, "timer": mla[0].get("timer")}}
+
+
 # --- a layer on a card ------------------------------------------------------------------------------------------
 
 
@@ -374,7 +401,8 @@ def projection(doc: dict, source: str, scenarios: list[Scenario], mtp: int = 1, 
         rows.append({**asdict(sc), **ends})
     return {
         "label": LABEL,
-        "kernels": {"source": source, "sm80_ptx": doc.get("sm80_ptx"), "h200_peak_gbs": peak},
+        "kernels": {"source": source, "sm80_ptx": doc.get("sm80_ptx"), "h200_peak_gbs": peak,
+                    "sparse_mla_rows": doc.get("mla_rows")},
         "assumptions": {
             "weights": asdict(WEIGHTS),
             "mtp": mtp,
@@ -409,6 +437,13 @@ def _range(r: dict, key: str, fmt: str = "{:.1f}") -> str:
     return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
+def _mla_note(result: dict) -> str:
+    mla = result["kernels"].get("sparse_mla_rows")
+    if not mla:
+        return ""
+    return f", the sparse-MLA decode's from `{mla['source']}`, {mla['pick']}, timed by {mla['timer'] or 'do_bench'}"
+
+
 def table(result: dict) -> str:
     """Markdown: the projection's rows, then the peers' published numbers placed against them, then the
     assumptions that are not settled."""
@@ -419,7 +454,8 @@ def table(result: dict) -> str:
         + "|"
     )
     lines = [
-        f"**{result['label']}** (kernel times: `{result['kernels']['source']}`; each cell: fast end - slow end)",
+        f"**{result['label']}** (kernel times: `{result['kernels']['source']}`{_mla_note(result)}; each cell: "
+        "fast end - slow end)",
         "",
         head,
         "|" + "---|" * (head.count("|") - 1),
@@ -460,6 +496,8 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", type=Path, required=True, help="benchmarks/dsa_kernels.py's JSON")
+    ap.add_argument("--mla", type=Path, help="take the sparse-MLA decode rows from this dsa_kernels.py JSON instead")
+    ap.add_argument("--mla-tree", help="with --mla: the rows of this tree or policy (e.g. bh16/kv16/min128/fill1.5)")
     ap.add_argument("--card", action="append", help=f"one of {', '.join(cards.CARDS)} (default: all)")
     ap.add_argument("--layout", action="append", help=f"one of {', '.join(LAYOUTS)} (default: all)")
     ap.add_argument("--batch", type=int, action="append", help="requests per step (default 1)")
@@ -481,6 +519,14 @@ def main(argv: list[str] | None = None) -> int:
             doc = json.loads(args.kernels.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ProjectionError(f"cannot read {args.kernels}: {exc}") from None
+        if (args.mla is None) != (args.mla_tree is None):
+            raise ProjectionError("--mla and --mla-tree go together: the file and which of its trees or policies")
+        if args.mla is not None:
+            try:
+                sweep = json.loads(args.mla.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise ProjectionError(f"cannot read {args.mla}: {exc}") from None
+            doc = with_mla_rows(doc, str(args.kernels), sweep, str(args.mla), args.mla_tree)
         result = projection(doc, str(args.kernels), scenarios, args.mtp, args.acceptance)
     except (ProjectionError, pp_plan.PlanError) as exc:
         print(f"projection: {exc}", file=sys.stderr)

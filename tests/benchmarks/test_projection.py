@@ -186,3 +186,56 @@ def test_the_recorded_run_is_the_table_docs_benchmarks_shows(capsys, monkeypatch
     )
     falls = {p["tok_s"]: p["falls"] for p in doc["peers"] if p["falls"]}
     assert falls == {93.0: "above", 46.8: "inside", 28.47: "inside", 30.2: "inside", 39.0: "inside"}
+
+
+# --- the sparse-MLA rows from another run (a policy sweep timed in CUDA graphs) -----------------------------------
+
+
+def _sweep(peak=4800.0):
+    """Two trees at the 64-head shape: the kernel before (`v0260`) and one launch two policies share."""
+    return {
+        "peak_gbs": peak,
+        "rows": [
+            {"tree": "v0260", "kernel": "sparse MLA decode", "shape": f"{MLA} 1", "ms": 0.02, "timer": "graph"},
+            {"tree": "mla@bh16.kv16", "kernel": "sparse MLA decode", "shape": f"{MLA} 1", "ms": 0.015,
+             "timer": "graph", "policies": ["bh16/kv16/min128/fill1.5", "bh16/kv16/min64/fill1.5"]},
+        ],
+    }  # fmt: skip
+
+
+def test_the_sparse_mla_rows_can_come_from_a_sweeps_tree_or_policy():
+    doc = {"peak_gbs": 4800.0, "rows": _rows(mla_ms=0.2)}
+    before = projection.with_mla_rows(doc, "k.json", _sweep(), "s.json", "v0260")
+    after = projection.with_mla_rows(doc, "k.json", _sweep(), "s.json", "bh16/kv16/min64/fill1.5")
+    assert KernelTable(before["rows"], "b").mla_ms(64, 1) == 0.02
+    assert KernelTable(after["rows"], "a").mla_ms(64, 1) == 0.015
+    # the indexer's rows stay; the file's own sparse-MLA row is gone (one row a shape)
+    assert KernelTable(after["rows"], "a").indexer_ms(8192, 1, 1) == 0.1
+    assert [r["kernel"] for r in after["rows"]] == ["indexer paged logits", "sparse MLA decode"]
+    assert after["mla_rows"] == {"source": "s.json", "pick": "bh16/kv16/min64/fill1.5", "timer": "graph"}
+    assert doc["rows"] == _rows(mla_ms=0.2)  # the caller's document is not changed
+
+
+@pytest.mark.parametrize(
+    ("sweep", "pick", "needle"),
+    [
+        (_sweep(peak=3350.0), "v0260", "timed on a GPU of 3350.0 GB/s, k.json on one of 4800.0 GB/s"),
+        (_sweep(), "bh64/kv16/min128/fill1.5", "no sparse-MLA decode rows of tree or policy 'bh64/kv16/min128/fill1.5'"),
+        ({"peak_gbs": 4800.0}, "v0260", "s.json is not a dsa_kernels.py result"),
+    ],
+)
+def test_sweep_rows_from_another_gpu_or_an_unknown_pick_are_refused(sweep, pick, needle):
+    with pytest.raises(ProjectionError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        projection.with_mla_rows({"peak_gbs": 4800.0, "rows": _rows()}, "k.json", sweep, "s.json", pick)
+
+
+def test_the_command_names_where_the_sparse_mla_rows_came_from(tmp_path, capsys):
+    kernels, sweep = tmp_path / "k.json", tmp_path / "s.json"
+    kernels.write_text(json.dumps({"peak_gbs": 4800.0, "rows": _rows()}))
+    sweep.write_text(json.dumps(_sweep()))
+    args = ["--kernels", str(kernels), "--mtp", "0", "--layout", "PP8", "--card", "A100-SXM4-80GB", "--table"]
+    assert projection.main([*args, "--mla", str(sweep), "--mla-tree", "v0260"]) == 0
+    assert f"the sparse-MLA decode's from `{sweep}`, v0260, timed by graph" in capsys.readouterr().out
+    out = tmp_path / "p.json"
+    assert projection.main([*args, "--mla", str(sweep), "--out", str(out)]) == 2
+    assert "--mla and --mla-tree go together" in capsys.readouterr().err and not out.exists()
