@@ -68,7 +68,7 @@ def table(results: list[dict]) -> str:
         rows.append(
             f"| {r.get('path', 'offline')} | {r['mode']} | {r['mtp']} | {r['acceptance']:.2f} | "
             f"{opt(r.get('first_draft_accepted'), '{:.2f}')} | {r['batch']} | {r['context']:,} | "
-            f"{r['per_request_tok_s']} | {r['aggregate_tok_s']} | {opt((r.get('ttft_ms') or {}).get('mean'))} | "
+            f"{opt(r['per_request_tok_s'])} | {opt(r['aggregate_tok_s'])} | {opt((r.get('ttft_ms') or {}).get('mean'))} | "
             f"{opt(r.get('prefill_tok_s'))} | {opt(r.get('kv_bytes_per_token'), '{:,.0f}')} | "
             f"{'yes' if r['as_predicted'] else 'NO'} |"
         )

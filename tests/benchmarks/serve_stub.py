@@ -46,8 +46,11 @@ def walk(spec: dict, prompt: list[int], n: int) -> list[int]:
 class Stub:
     """The stub's settings and counters."""
 
-    def __init__(self, ttft=0.05, itl=0.02, chunk=1, wrong=False, ready=True):
+    def __init__(self, ttft=0.05, itl=0.02, chunk=1, wrong=False, ready=True, one_token_stalls=()):
         self.ttft, self.itl, self.chunk, self.wrong, self.ready = ttft, itl, chunk, wrong, ready
+        #: extra seconds for the n-th plain 1-token request (a first compile landing in a t(1) pass), in order
+        self.one_token_stalls = list(one_token_stalls)
+        self.one_token_requests = 0
         self.drafts = self.accepted = 0
         self.lock = threading.Lock()
         self.bodies: list[dict] = []
@@ -103,8 +106,13 @@ def handler(stub: Stub):
                 stub.drafts += 4
                 stub.accepted += 3
             toks = stub.tokens(body)
+            stall = 0.0
+            if not body.get("stream") and body["max_tokens"] == 1:
+                with stub.lock:
+                    n, stub.one_token_requests = stub.one_token_requests, stub.one_token_requests + 1
+                stall = stub.one_token_stalls[n] if n < len(stub.one_token_stalls) else 0.0
             if not body.get("stream"):
-                time.sleep(stub.ttft + stub.itl * max(0, -(-(len(toks) - 1) // stub.chunk)))
+                time.sleep(stall + stub.ttft + stub.itl * max(0, -(-(len(toks) - 1) // stub.chunk)))
                 choice = {"index": 0, "text": "", "token_ids": toks, "finish_reason": "length"}
                 self._send(200, json.dumps({"choices": [choice]}), "application/json")
                 return

@@ -208,6 +208,33 @@ def test_measure_against_the_stub(model_dir):
     assert sorted({len(p) for p in prompts}) == [128, 192, 256]
 
 
+def test_a_one_token_pass_slower_than_the_full_one_is_timed_again(model_dir):
+    # the first plain 1-token request is the warm-up's (4 tokens: not counted); the batch-1 t(1) pass stalls 0.5 s,
+    # longer than the 4-token pass takes: timed once more, both kept, the rate from the second
+    stub = serve_stub.Stub(ttft=0.02, itl=0.02, one_token_stalls=[0.5])
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(rs.Plan(str(model_dir), [1], contexts=[128], tokens=4), server.server_address[1])
+    finally:
+        server.shutdown()
+    plain = rows[1]
+    assert plain["path"] == "serve" and plain["t_one_first_s"] >= 0.5 > plain["t_all_s"] > plain["t_one_s"]
+    assert plain["per_request_tok_s"] == pytest.approx(3 / (plain["t_all_s"] - plain["t_one_s"]), rel=0.05)
+    assert plain["as_predicted"] and stub.one_token_requests == 2
+    # a second stall too: no rate, said in the row, and the run goes on to the next batch
+    stub = serve_stub.Stub(ttft=0.02, itl=0.02, one_token_stalls=[0.5, 0.5])
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(rs.Plan(str(model_dir), [1, 2], contexts=[128], tokens=4), server.server_address[1])
+    finally:
+        server.shutdown()
+    assert [(r["path"], r["batch"]) for r in rows] == [("serve-stream", 1), ("serve", 1), ("serve-stream", 2),
+                                                        ("serve", 2)]  # fmt: skip
+    assert rows[1]["per_request_tok_s"] is None and "cannot derive a decode rate" in rows[1]["no_rate"]
+    assert rows[3]["per_request_tok_s"] > 0 and "t_one_first_s" not in rows[3]
+    assert "| serve | eager | 0 | 1.00 | - | 1 | 128 | - | - |" in table(rows)
+
+
 def test_every_context_is_measured_at_every_batch_in_one_server(model_dir):
     stub = serve_stub.Stub(ttft=0.01, itl=0.01)
     server = serve_stub.start(stub)
