@@ -401,8 +401,12 @@ def projection(doc: dict, source: str, scenarios: list[Scenario], mtp: int = 1, 
         rows.append({**asdict(sc), **ends})
     return {
         "label": LABEL,
-        "kernels": {"source": source, "sm80_ptx": doc.get("sm80_ptx"), "h200_peak_gbs": peak,
-                    "sparse_mla_rows": doc.get("mla_rows")},
+        "kernels": {
+            "source": source,
+            "sm80_ptx": doc.get("sm80_ptx"),
+            "h200_peak_gbs": peak,
+            "sparse_mla_rows": doc.get("mla_rows"),
+        },
         "assumptions": {
             "weights": asdict(WEIGHTS),
             "mtp": mtp,

@@ -220,7 +220,11 @@ def test_the_sparse_mla_rows_can_come_from_a_sweeps_tree_or_policy():
     ("sweep", "pick", "needle"),
     [
         (_sweep(peak=3350.0), "v0260", "timed on a GPU of 3350.0 GB/s, k.json on one of 4800.0 GB/s"),
-        (_sweep(), "bh64/kv16/min128/fill1.5", "no sparse-MLA decode rows of tree or policy 'bh64/kv16/min128/fill1.5'"),
+        (
+            _sweep(),
+            "bh64/kv16/min128/fill1.5",
+            "no sparse-MLA decode rows of tree or policy 'bh64/kv16/min128/fill1.5'",
+        ),
         ({"peak_gbs": 4800.0}, "v0260", "s.json is not a dsa_kernels.py result"),
     ],
 )
