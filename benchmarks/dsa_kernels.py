@@ -392,6 +392,25 @@ def mla_plan(mod, policies: dict, rows: int, heads: int, topk: int, sm_count: in
     return [launches[k] for k in sorted(launches)]
 
 
+class SkippedLaunch:
+    """A Triton kernel's stand-in that launches nothing: `kernel[grid](...)` returns None."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def merge_skipped(mod):
+    """`mod`'s split-KV merge kernel (`_sparse_mla_merge_kernel`, in PR #38476's kernel and the series' entry) made a
+    `SkippedLaunch` for the block; put back after it, also on an error."""
+    kernel = mod._sparse_mla_merge_kernel
+    mod._sparse_mla_merge_kernel = SkippedLaunch()
+    try:
+        yield
+    finally:
+        mod._sparse_mla_merge_kernel = kernel
+
+
 def time_mla_decode(
     trees, policies, record, do_bench, torch, dev: str = "cuda", sm_count: int = 132, graph_bench=None
 ) -> None:
@@ -404,7 +423,9 @@ def time_mla_decode(
     records its launch, the split scratch traffic, the autotuned config, and against the first tree's row of the
     shape its speed-up and largest output difference. A launch that raises becomes its row. With `graph_bench` (`graph_ms` on a
     GPU) a row's `ms` is its time replayed in a CUDA graph, as vLLM's decode runs it (`timer: graph`), and `ms_launch`
-    do_bench's, which holds the Python launch of the wrapper's two kernels; without it `ms` is do_bench's."""
+    do_bench's, which holds the Python launch of the wrapper's two kernels; without it `ms` is do_bench's. A launch
+    with split-KV then carries `ms_split_pass` (the same graph with the merge launch skipped) and `ms_merge` (the
+    difference): where a one-row call's time goes."""
     slots = MLA_SLOTS
     kv = (torch.randn(slots, 1, MLA_QK_DIM, device=dev) * 0.5).to(torch.bfloat16)
     for label, heads in MLA:
@@ -437,6 +458,12 @@ def time_mla_decode(
                         if graph_bench is not None:
                             timing = {"timer": "graph", "ms_launch": ms}
                             ms = graph_bench(run)
+                            if launch["splits"] > 1:
+                                # the split pass alone (the merge launch skipped; its output unused): what the
+                                # merge costs is the difference
+                                with merge_skipped(mod):
+                                    timing["ms_split_pass"] = graph_bench(run)
+                                timing["ms_merge"] = ms - timing["ms_split_pass"]
                         got = run().float()
                     except Exception as exc:  # noqa: BLE001 - a launch that cannot run is a result of the sweep
                         record({**row, **_unavailable(row["kernel"], shape, row["bytes"], exc), "tree": row["tree"]})

@@ -282,7 +282,8 @@ def test_the_composed_v0_26_0_module_is_the_entrys_post_image():
 #: small shape (20 heads, 2 rows, top-k 256 over 300 slots), sweeping heads a program 16/32/64 x most splits 16/64 x
 #: least indices a split 32/128 at 132 SMs (an H200's). 12 policies make 4 launches: 16 heads a program (2 groups)
 #: or 32 (bh32 and bh64: 20 heads are 32 rounded up), each in 8 splits (256 / 32, the policy capped by the indices)
-#: or 2 (256 / 128). The composed kernel splits 2 ways too. `do_bench` calls once and says 1 ms, the graph timer 0.5.
+#: or 2 (256 / 128). The composed kernel splits 2 ways too. `do_bench` calls once and says 1 ms, the graph timer 0.5
+#: (0.3 with the merge launch skipped).
 BENCH_SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -300,8 +301,14 @@ for root in sys.argv[1:3]:
 dk.MLA, dk.MLA_ROWS, dk.TOPK, dk.MLA_SLOTS = [("t", 20)], [2], 256, 300
 policies = dk.mla_policies({"mla_max_block_h": "16,32,64", "mla_max_splits": "16,64", "mla_min_split": "32,128"})
 rows = []
+mla = [mods["triton_mla_sparse_kernel"] for _, mods in trees]
+# the stand-in graph timer: 0.5 ms a call, 0.3 while the merge launch is skipped (and then nothing may be merged)
+def graph_bench(fn):
+    fn()
+    return 0.3 if any(isinstance(m._sparse_mla_merge_kernel, dk.SkippedLaunch) for m in mla) else 0.5
 dk.time_mla_decode(trees, policies, rows.append, lambda fn: (fn(), 1.0)[1], torch, "cpu", 132,
-                   graph_bench=lambda fn: (fn(), 0.5)[1])
+                   graph_bench=graph_bench)
+assert not any(isinstance(m._sparse_mla_merge_kernel, dk.SkippedLaunch) for m in mla)  # put back
 Path(sys.argv[3]).write_text(json.dumps({"policies": policies, "rows": rows}))
 """
 
@@ -333,8 +340,10 @@ def test_the_benchmark_times_each_launch_the_policies_make_once(tmp_path):
         # the autotuned kernel that ran (split-KV, then the merge, which is not autotuned) and its config
         assert list(r["autotune"]) == ["_sparse_mla_kernel_split"], r["autotune"]
         assert r["autotune"]["_sparse_mla_kernel_split"]["config"].startswith("BLOCK_N: 32, num_warps: ")
-        # the graph timer's time is the row's, do_bench's beside it
+        # the graph timer's time is the row's, do_bench's beside it; every launch here splits (2 or 8 ways), so
+        # each carries the split pass alone and the merge's share
         assert (r["timer"], r["ms"], r["ms_launch"]) == ("graph", 0.5, 1.0)
+        assert (r["ms_split_pass"], round(r["ms_merge"], 6)) == (0.3, 0.2), r
     for r in rows[1:]:
         diff = r["vs_first_tree"]
         assert diff["speedup"] == 1.0  # the stand-in's 0.5 ms over 0.5 ms
