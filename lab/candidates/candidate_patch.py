@@ -15,8 +15,7 @@ format-patch with one hunk over the whole file and the author, date and zero com
 checks that its post-image reads back as the file given. The hunk's lines follow the audit's own line alignment
 (`vllm_compose.audit.align.Alignment`), not git's diff: a rewrite this large has many equally short diffs, and where
 git's pairs a removed line with added lines across a line the alignment keeps, the audit cannot find that change
-group in the composed file and refuses the entry (two of 65 groups, the first time this kernel was written as a
-series entry). Same two images, so the same patch to `git apply`:
+group in the composed file and refuses the entry. Same two images, so the same patch to `git apply`:
 
     python3 lab/candidates/candidate_patch.py rewrite PATCH --post NEW.py [--message MSG.txt]
 """
