@@ -298,8 +298,12 @@ def serve(args) -> int:
     except ValueError:
         print(f"--skip {args.skip!r}: comma-separated CONTEXTxBATCH pairs, e.g. 131072x8,131072x32", file=sys.stderr)
         return int(ExitCode.USAGE)
+    if args.pair_repeats < 1:
+        print(f"--pair-repeats {args.pair_repeats}: at least 1", file=sys.stderr)
+        return int(ExitCode.USAGE)
     plan = Plan(
-        args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching, skip, args.reuse_prompts
+        args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching, skip, args.reuse_prompts,
+        args.pair_repeats,
     )
     try:
         measured_pairs(plan)
@@ -365,7 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         "--reuse-prompts",
         action="store_true",
         help="the plain passes resend the streamed pass's prompts, from the prefix cache (rows `serve-cached`): one "
-        "prefill a pair, for the long contexts at large batches",
+        "prefill a pair, and a decode rate that is not lost in the noise of two prefills at long prompts and large "
+        "batches",
+    )
+    s.add_argument(
+        "--pair-repeats", type=int, default=3, help="with --reuse-prompts: times the cached pair is timed (medians)"
     )
     s.add_argument("--port", type=int, default=0, help="default: a free one")
     s.add_argument("--ready-timeout", type=float, default=600.0, help="seconds for the server to answer /health")

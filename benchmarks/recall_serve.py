@@ -9,7 +9,12 @@ no pass reuses another's prefill):
   (n - 1) / (t(last token) - t(first token)); prefill tok/s = the batch's prompt tokens / the time from sending to
   the last first token;
 - not streamed, with 1 and with N new tokens: decode tok/s per request = (N - 1) / (t(N) - t(1)), the offline path's
-  arithmetic (`recall_e2e.decode_rates`), so the `serve` rows compare one to one with the `offline` ones.
+  arithmetic (`recall_e2e.decode_rates`), so the `serve` rows compare one to one with the `offline` ones. Each of
+  those passes prefills its batch again, so at long prompts and large batches the difference is a small share of two
+  long times and the rate mostly noise (32 x 32k: about 40 s of prefill against under a second of decode). With
+  `reuse_prompts` the two passes resend the streamed pass's prompts from vLLM's prefix cache (rows `serve-cached`):
+  each pass then prefills at most a block a request, the pair is timed `pair_repeats` times and the medians give the
+  rate. Every row says what its rate rests on: `decode_share`, (t(N) - t(1)) / t(N).
 
 Every pass's tokens are judged against `recall_model.predict` (a fast wrong run is not a result). MTP's first-draft
 acceptance is read from the server's own counters (`/metrics`), and KV bytes per token from its log (available KV
@@ -36,6 +41,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -394,11 +400,23 @@ def spec_counters(metrics_text: str) -> dict[str, Any]:
 
 def first_draft_rate(before: dict[str, Any], after: dict[str, Any]) -> float | None:
     """The share of first drafts accepted between two `spec_counters` readings; None without drafts."""
-    drafts = after["drafts"] - before["drafts"]
-    if drafts <= 0 or not after["accepted_per_pos"]:
+    return accepted_over([(before, after)])
+
+
+def accepted_over(readings: list[tuple[Any, Any]]) -> float | None:
+    """The share of first drafts accepted over several passes' (before, after) `spec_counters` readings; None
+    without MTP or without drafts."""
+    if not readings or any(b is None or a is None for b, a in readings):
         return None
-    was = before["accepted_per_pos"][0] if before["accepted_per_pos"] else 0.0
-    return round((after["accepted_per_pos"][0] - was) / drafts, 4)
+    drafts = sum(a["drafts"] - b["drafts"] for b, a in readings)
+    firsts = sum(
+        (a["accepted_per_pos"][0] if a["accepted_per_pos"] else 0.0)
+        - (b["accepted_per_pos"][0] if b["accepted_per_pos"] else 0.0)
+        for b, a in readings
+    )
+    if drafts <= 0 or not readings[-1][1]["accepted_per_pos"]:
+        return None
+    return round(firsts / drafts, 4)
 
 
 _KV_MEMORY = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
@@ -435,6 +453,8 @@ class Plan:
     #: the plain passes send the streamed pass's prompts again, served from vLLM's prefix cache (on for this): the
     #: decode rate is still t(N) - t(1), and a pair costs one prefill of batch x context tokens instead of three
     reuse_prompts: bool = False
+    #: with reuse_prompts: the cached (1-token, N-token) pair is timed this many times, the rate from the medians
+    pair_repeats: int = 3
 
 
 def prompt_lengths(context: int, batch: int) -> list[int]:
@@ -497,8 +517,50 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
         start, got = run_batch(port, bodies)
         after = counters()
         right = all(c.token_ids == predict(spec, p, max_tokens) for c, p in zip(got, prompts, strict=True))
+        readings.append((before, after))
         accepted = first_draft_rate(before, after) if before and after else None
         return start, got, right, accepted, sum(len(p.tokens) for p in prompts)
+
+    def timed(context: int, batch: int, seed: int, max_tokens: int) -> tuple[float, bool]:
+        start, got, right, _, _ = pass_(context, batch, seed, max_tokens, False)
+        return max(r.done for r in got) - start, right
+
+    readings: list[tuple[Any, Any]] = []
+
+    def fresh_pair(context: int, batch: int, seed: int) -> dict[str, Any]:
+        """t(1) and t(N), each pass with prompts of its own (each prefills its batch)."""
+        t_one, right_one = timed(context, batch, seed + 1, 1)
+        del readings[:]
+        t_all, right_all = timed(context, batch, seed + 2, plan.tokens)
+        out: dict[str, Any] = {"first_draft_accepted": accepted_over(readings)}
+        if t_all <= t_one:
+            # one 1-token pass took longer than the full one: a one-time cost (a first compile at this batch) landed
+            # in it. Timed once more with fresh prompts; both kept in the row
+            out["t_one_first_s"] = round(t_one, 3)
+            t_one, right_again = timed(context, batch, seed + 3, 1)
+            right_one = right_one and right_again
+        return {**out, "t_one_s": round(t_one, 3), "t_all_s": round(t_all, 3), "as_predicted": right_one and right_all}
+
+    def cached_pair(context: int, batch: int, seed: int) -> dict[str, Any]:
+        """t(1) and t(N) of the streamed pass's prompts from the prefix cache, `pair_repeats` times, the medians
+        kept (every sample in the row); acceptance over every N-token pass."""
+        ones, alls, right, taken = [], [], True, []
+        for _ in range(plan.pair_repeats):
+            t, ok = timed(context, batch, seed, 1)
+            ones.append(t)
+            del readings[:]
+            t, ok_all = timed(context, batch, seed, plan.tokens)
+            alls.append(t)
+            taken += readings
+            right = right and ok and ok_all
+        return {
+            "first_draft_accepted": accepted_over(taken),
+            "t_one_s": round(statistics.median(ones), 4),
+            "t_all_s": round(statistics.median(alls), 4),
+            "t_one_samples_s": [round(t, 4) for t in ones],
+            "t_all_samples_s": [round(t, 4) for t in alls],
+            "as_predicted": right,
+        }
 
     rows = []
     pairs = measured_pairs(plan)
@@ -518,27 +580,16 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
             row = {"path": "serve-stream", **at, "first_draft_accepted": accepted}
             row.update(stream_stats(start, got, prompt_tokens), as_predicted=right)
             rows.append(row)
-            # fresh prompts each pass, or (reuse_prompts) the streamed pass's again, from the prefix cache
-            one, full = (seed, seed) if plan.reuse_prompts else (seed + 1, seed + 2)
-            start, got, right_one, _, _ = pass_(context, batch, one, 1, False)
-            t_one = max(r.done for r in got) - start
-            start, got, right_all, accepted, _ = pass_(context, batch, full, plan.tokens, False)
-            t_all = max(r.done for r in got) - start
-            path = "serve-cached" if plan.reuse_prompts else "serve"
-            row = {"path": path, **at, "first_draft_accepted": accepted}
-            if t_all <= t_one:
-                # one 1-token pass took longer than the full one: a one-time cost (a first compile at this batch)
-                # landed in it. Timed once more (fresh prompts, or the same from the cache); both kept in the row
-                row["t_one_first_s"] = round(t_one, 3)
-                again = one if plan.reuse_prompts else seed + 3
-                start, got, right_again, _, _ = pass_(context, batch, again, 1, False)
-                t_one, right_one = max(r.done for r in got) - start, right_one and right_again
-            row.update(t_one_s=round(t_one, 3), t_all_s=round(t_all, 3))
+            if plan.reuse_prompts:
+                row = cached_pair(context, batch, seed)
+            else:
+                row = fresh_pair(context, batch, seed)
+            row = {"path": "serve-cached" if plan.reuse_prompts else "serve", **at, **row}
             try:
-                row.update(decode_rates(batch, plan.tokens, t_one, t_all))
+                row.update(decode_rates(batch, plan.tokens, row["t_one_s"], row["t_all_s"]))
             except ValueError as exc:  # still no positive difference: the row says so, the run goes on
                 row.update(per_request_tok_s=None, aggregate_tok_s=None, no_rate=str(exc))
-            row["as_predicted"] = right_one and right_all
+            row["decode_share"] = round(max(0.0, row["t_all_s"] - row["t_one_s"]) / row["t_all_s"], 4)
             rows.append(row)
             if on_row:
                 for r in rows[-2:]:

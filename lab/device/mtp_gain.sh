@@ -5,13 +5,13 @@
 #                                        another within VC_BUDGET_S (540); then `explain` over every result so far
 #   lab/device/mtp_gain.sh serve MTP...  the same model as users serve it: one `vllm serve` per MTP setting
 #                                        (recall_e2e.py serve, VC_SERVE_ARGS: default batches 1,8,32 at 8,192 and 32,768,
-#                                        batch 1 at 131,072-token prompts, 64 tokens, CUDA graphs; 131,072 x 8 and x 32
-#                                        are three passes of 1M and 4.2M prompt tokens, a call each), streamed and not, every
-#                                        pass judged; then `table` over every serve result so far (serve-table.md)
-#   lab/device/mtp_gain.sh serve-long MTP... the pairs `serve` leaves out, one server per MTP setting (batches 8 and 32
-#                                        at 131,072 tokens, VC_SERVE_LONG_ARGS): the plain passes resend the streamed
-#                                        pass's prompts from the prefix cache (--reuse-prompts, rows `serve-cached`),
-#                                        so a pair is one prefill (4.2M tokens at batch 32); serve-long-mtpK.json
+#                                        batches 1 and 8 at 131,072-token prompts, 64 tokens, CUDA graphs), streamed, then
+#                                        the same prompts from the prefix cache for t(1) and t(64) (--reuse-prompts,
+#                                        rows `serve-cached`, three pairs, medians), every pass judged; then `table`
+#                                        over every serve result so far (serve-table.md)
+#   lab/device/mtp_gain.sh serve-long MTP... the pair `serve` leaves out, one server per MTP setting (batch 32 at
+#                                        131,072 tokens, VC_SERVE_LONG_ARGS: 4.2M prompt tokens, a call of its own);
+#                                        serve-long-mtpK.json
 # The checkpoint is the GLM-5-shaped recall model whose MTP first drafts are right for 80% of the chain, written on
 # the GPU first when missing (VC_E2E_MODEL, default $S/models/recall_a80). VC_E2E_ARGS sets the configuration
 # (default: batch 8, 8,192-token prompts, 128 tokens, CUDA graphs, 3 warm pairs after the cold one).
@@ -47,10 +47,10 @@ if [ ! -f "$M/recall_spec.json" ]; then
 fi
 if [ "${1:-}" = serve ] || [ "${1:-}" = serve-long ]; then
   NAME=serve
-  SARGS=${VC_SERVE_ARGS:---batches 1,8,32 --context 8192,32768,131072 --tokens 64 --graphs --skip 131072x8,131072x32}
+  SARGS=${VC_SERVE_ARGS:---batches 1,8,32 --context 8192,32768,131072 --tokens 64 --graphs --reuse-prompts --skip 131072x32}
   if [ "$1" = serve-long ]; then
     NAME=serve-long
-    SARGS=${VC_SERVE_LONG_ARGS:---batches 8,32 --context 131072 --tokens 64 --graphs --reuse-prompts}
+    SARGS=${VC_SERVE_LONG_ARGS:---batches 32 --context 131072 --tokens 64 --graphs --reuse-prompts}
   fi
   shift
   for k in "$@"; do

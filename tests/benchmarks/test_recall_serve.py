@@ -289,14 +289,40 @@ def test_reused_prompts_are_the_streamed_passs_with_the_prefix_cache_on(model_di
         (1, "serve-stream"), (1, "serve-cached"), (2, "serve-stream"), (2, "serve-cached"),
     ]  # fmt: skip
     assert all(r["as_predicted"] and r["per_request_tok_s"] > 0 for r in rows)
-    # the warm-up, then per batch size three passes of the same prompts; the batch sizes' prompts differ
+    # the warm-up, then per batch size the streamed pass and three cached pairs of the same prompts; the batch sizes'
+    # prompts differ
     prompts = [tuple(b["prompt"]) for b in stub.bodies]
-    assert len(prompts) == 1 + 3 * (1 + 2)
-    first, second = prompts[1:4], prompts[4:]
+    assert len(prompts) == 1 + (1 + 2 * 3) * (1 + 2)
+    first, second = prompts[1:8], prompts[8:]
     # (a pass's requests arrive in any order)
-    assert first == [first[0]] * 3 and len(set(second)) == 2
-    assert set(second[:2]) == set(second[2:4]) == set(second[4:])
+    assert first == [first[0]] * 7 and len(set(second)) == 2
+    assert all(set(second[i : i + 2]) == set(second[:2]) for i in range(0, 14, 2))
     assert first[0] not in second and prompts[0] not in prompts[1:]
+    # the rate is the medians': every sample kept, the medians among them, the share of t(N) the rate rests on
+    for r in rows[1::2]:
+        assert len(r["t_one_samples_s"]) == len(r["t_all_samples_s"]) == 3
+        assert r["t_one_s"] == sorted(r["t_one_samples_s"])[1] and r["t_all_s"] == sorted(r["t_all_samples_s"])[1]
+        assert r["per_request_tok_s"] == pytest.approx(3 / (r["t_all_s"] - r["t_one_s"]), rel=0.01)
+        assert r["decode_share"] == pytest.approx((r["t_all_s"] - r["t_one_s"]) / r["t_all_s"], abs=1e-3)
+
+
+def test_cached_pairs_judge_every_pass_and_count_acceptance_over_every_full_one(model_dir):
+    stub = serve_stub.Stub(ttft=0.01, itl=0.01, chunk=2)
+    server = serve_stub.start(stub)
+    try:
+        plan = rs.Plan(str(model_dir), [2], contexts=[128], tokens=5, mtp=1, reuse_prompts=True, pair_repeats=2)
+        rows = rs.measure(plan, server.server_address[1])
+    finally:
+        server.shutdown()
+    cached = rows[1]
+    assert cached["path"] == "serve-cached" and cached["as_predicted"] and len(cached["t_all_samples_s"]) == 2
+    assert cached["first_draft_accepted"] == 0.75
+    # over several readings: drafts and first-position acceptances summed, not the rates averaged
+    assert rs.accepted_over([]) is None
+    seen = [({"drafts": 0.0, "accepted_per_pos": []}, {"drafts": 4.0, "accepted_per_pos": [3.0]}),
+            ({"drafts": 4.0, "accepted_per_pos": [3.0]}, {"drafts": 8.0, "accepted_per_pos": [4.0]})]  # fmt: skip
+    assert rs.accepted_over(seen) == 0.5 and rs.accepted_over(seen[1:]) == 0.25
+    assert rs.accepted_over([(None, seen[0][1])]) is None
 
 
 def test_a_skip_outside_the_plan_or_of_everything_is_refused(model_dir, tmp_path, capsys):

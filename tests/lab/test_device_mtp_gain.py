@@ -101,13 +101,13 @@ def test_a_dry_run_prints_the_commands_and_runs_nothing(repo):
     assert not (repo / "calls").exists()
 
 
-def test_serve_long_measures_the_left_out_pairs_from_one_prefill_and_tables_them_with_the_rest(repo):
+def test_serve_long_measures_the_left_out_pair_from_one_prefill_and_tables_them_with_the_rest(repo):
     assert _run(repo, "serve", "0").returncode == 0
     proc = _run(repo, "serve-long", "0", "2")
     assert proc.returncode == 0, proc.stderr
     serves = [c for c in _calls(repo) if c[0] == "serve"]
     assert [c[c.index("--mtp") + 1] for c in serves] == ["0", "0", "2"]
-    assert serves[1][serves[1].index("--batches") :] == ["--batches", "8,32", "--context", "131072", "--tokens", "64",
+    assert serves[1][serves[1].index("--batches") :] == ["--batches", "32", "--context", "131072", "--tokens", "64",
                                                          "--graphs", "--reuse-prompts", "--python", "python3",
                                                          "--out", str(repo / "vc" / "e2e" / "serve-long-mtp0.json")]  # fmt: skip
     tables = [c for c in _calls(repo) if c[0] == "table"]
@@ -123,8 +123,8 @@ def test_serve_runs_one_server_per_setting_and_tables_every_result_including_a_c
     serves = [c for c in calls if c[0] == "serve"]
     assert [c[c.index("--mtp") + 1] for c in serves] == ["0", "1"]
     assert serves[0][serves[0].index("--batches") :] == ["--batches", "1,8,32", "--context", "8192,32768,131072",
-                                                         "--tokens", "64", "--graphs",
-                                                         "--skip", "131072x8,131072x32", "--python", "python3",
+                                                         "--tokens", "64", "--graphs", "--reuse-prompts",
+                                                         "--skip", "131072x32", "--python", "python3",
                                                          "--out", str(repo / "vc" / "e2e" / "serve-mtp0.json")]  # fmt: skip
     assert not any(c[0] in ("run", "explain") for c in calls)  # serve mode runs no offline engine
     (table,) = [c for c in calls if c[0] == "table"]
