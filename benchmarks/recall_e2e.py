@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         "batches",
     )
     s.add_argument(
-        "--pair-repeats", type=int, default=3, help="with --reuse-prompts: times the cached pair is timed (medians)"
+        "--pair-repeats", type=int, default=5,
+        help="with --reuse-prompts: times the cached pair is timed after an untimed one (the fastest of each kept)",
     )
     s.add_argument("--port", type=int, default=0, help="default: a free one")
     s.add_argument("--ready-timeout", type=float, default=600.0, help="seconds for the server to answer /health")

@@ -289,21 +289,37 @@ def test_reused_prompts_are_the_streamed_passs_with_the_prefix_cache_on(model_di
         (1, "serve-stream"), (1, "serve-cached"), (2, "serve-stream"), (2, "serve-cached"),
     ]  # fmt: skip
     assert all(r["as_predicted"] and r["per_request_tok_s"] > 0 for r in rows)
-    # the warm-up, then per batch size the streamed pass and three cached pairs of the same prompts; the batch sizes'
-    # prompts differ
+    # the warm-up, then per batch size the streamed pass, an untimed cached pair and five timed ones, all of the same
+    # prompts; the batch sizes' prompts differ
     prompts = [tuple(b["prompt"]) for b in stub.bodies]
-    assert len(prompts) == 1 + (1 + 2 * 3) * (1 + 2)
-    first, second = prompts[1:8], prompts[8:]
+    per = 1 + 2 * (1 + 5)
+    assert len(prompts) == 1 + per * (1 + 2)
+    first, second = prompts[1 : 1 + per], prompts[1 + per :]
     # (a pass's requests arrive in any order)
-    assert first == [first[0]] * 7 and len(set(second)) == 2
-    assert all(set(second[i : i + 2]) == set(second[:2]) for i in range(0, 14, 2))
+    assert first == [first[0]] * per and len(set(second)) == 2
+    assert all(set(second[i : i + 2]) == set(second[:2]) for i in range(0, 2 * per, 2))
     assert first[0] not in second and prompts[0] not in prompts[1:]
-    # the rate is the medians': every sample kept, the medians among them, the share of t(N) the rate rests on
+    # the rate is the fastest samples': every sample kept, the minima among them, the share of t(N) the rate rests on
     for r in rows[1::2]:
-        assert len(r["t_one_samples_s"]) == len(r["t_all_samples_s"]) == 3
-        assert r["t_one_s"] == sorted(r["t_one_samples_s"])[1] and r["t_all_s"] == sorted(r["t_all_samples_s"])[1]
+        assert len(r["t_one_samples_s"]) == len(r["t_all_samples_s"]) == 5
+        assert r["t_one_s"] == min(r["t_one_samples_s"]) and r["t_all_s"] == min(r["t_all_samples_s"])
         assert r["per_request_tok_s"] == pytest.approx(3 / (r["t_all_s"] - r["t_one_s"]), rel=0.01)
         assert r["decode_share"] == pytest.approx((r["t_all_s"] - r["t_one_s"]) / r["t_all_s"], abs=1e-3)
+
+
+def test_a_stalled_cached_pass_does_not_set_the_rate(model_dir):
+    # the stub counts plain 1-token requests only: the untimed pair's is the first (no stall), the first two timed
+    # ones stall 0.5 s, and the third too (a median of the five would be a stalled one); the fastest sets t(1)
+    stub = serve_stub.Stub(ttft=0.02, itl=0.02, one_token_stalls=[0.0, 0.5, 0.5, 0.5])
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(rs.Plan(str(model_dir), [1], contexts=[128], tokens=4, reuse_prompts=True),
+                          server.server_address[1])  # fmt: skip
+    finally:
+        server.shutdown()
+    cached = rows[1]
+    assert sorted(cached["t_one_samples_s"])[-3] >= 0.5 and cached["t_one_s"] < 0.1
+    assert cached["t_all_s"] > cached["t_one_s"] and cached["per_request_tok_s"] > 3 / 0.5
 
 
 def test_cached_pairs_judge_every_pass_and_count_acceptance_over_every_full_one(model_dir):
