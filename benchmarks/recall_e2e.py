@@ -302,7 +302,15 @@ def serve(args) -> int:
         print(f"--pair-repeats {args.pair_repeats}: at least 1", file=sys.stderr)
         return int(ExitCode.USAGE)
     plan = Plan(
-        args.model, batches, contexts, args.tokens, args.mtp, args.graphs, args.prefix_caching, skip, args.reuse_prompts,
+        args.model,
+        batches,
+        contexts,
+        args.tokens,
+        args.mtp,
+        args.graphs,
+        args.prefix_caching,
+        skip,
+        args.reuse_prompts,
         args.pair_repeats,
     )
     try:
@@ -373,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         "batches",
     )
     s.add_argument(
-        "--pair-repeats", type=int, default=5,
+        "--pair-repeats",
+        type=int,
+        default=5,
         help="with --reuse-prompts: times the cached pair is timed after an untimed one (the fastest of each kept)",
     )
     s.add_argument("--port", type=int, default=0, help="default: a free one")
