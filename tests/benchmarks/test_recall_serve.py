@@ -490,9 +490,10 @@ def test_table_puts_a_configurations_paths_together():
             {**base, "path": "serve-stream", "per_request_tok_s": 29.0, "aggregate_tok_s": 29.0,
              "ttft_ms": {"mean": 812.5}, "prefill_tok_s": 10082.1, "kv_bytes_per_token": 10528.0},
             {**base, "per_request_tok_s": 30.1, "aggregate_tok_s": 30.1},  # an offline result from before `path`
-            {**base, "path": "serve", "per_request_tok_s": 29.5, "aggregate_tok_s": 29.5},
+            {**base, "path": "serve", "per_request_tok_s": 29.5, "aggregate_tok_s": 29.5, "decode_share": 0.0412},
         ]
     ).splitlines()  # fmt: skip
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| offline", "| serve", "| serve-stream"]
-    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | yes |")
-    assert rows[4].endswith("| 29.0 | 29.0 | 812.5 | 10082.1 | 10,528 | yes |")
+    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | - | yes |")
+    assert rows[3].endswith("| 29.5 | 29.5 | 0.04 | - | - | - | yes |")
+    assert rows[4].endswith("| 29.0 | 29.0 | - | 812.5 | 10082.1 | 10,528 | yes |")
