@@ -123,6 +123,11 @@ def test_stream_arithmetic():
     assert s["itl_ms"]["mean"] == pytest.approx(100.0) and s["itl_ms"]["p99"] == pytest.approx(100.0)
     assert s["tokens_per_chunk"] == 2.0
     assert s["prefill_tok_s"] == 20000.0  # 14,000 prompt tokens, the last first token at 0.7 s
+    assert s["first_gap_ms"] == {"mean": pytest.approx(100.0), "max": pytest.approx(100.0)}
+    # a long wait after the first token is the first gap's, apart from the steady gaps after it
+    c = rs.Completion(sent=0.0, done=1.0, token_ids=[0] * 7, chunks=[(0.5, 1), (0.56, 2), (0.57, 2), (0.58, 2)])
+    s = rs.stream_stats(0.0, [c], prompt_tokens=100)
+    assert s["first_gap_ms"]["max"] == pytest.approx(60.0) and s["itl_ms"]["p50"] == pytest.approx(10.0)
 
 
 def test_a_stream_without_decode_is_refused():
