@@ -519,49 +519,45 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
         return spec_counters(text) if status == 200 else None
 
     def pass_(context: int, batch: int, seed: int, max_tokens: int, stream: bool):
+        """One pass of `batch` concurrent requests: (start, completions, tokens right, the MTP counters read before
+        and after, prompt tokens)."""
         prompts = make_prompts(spec, prompt_lengths(context, batch), seed=seed)
         bodies = [completion_body(plan.model_dir, list(p.tokens), max_tokens, stream) for p in prompts]
         before = counters()
         start, got = run_batch(port, bodies)
-        after = counters()
+        reading = (before, counters())
         right = all(c.token_ids == predict(spec, p, max_tokens) for c, p in zip(got, prompts, strict=True))
-        readings.append((before, after))
-        accepted = first_draft_rate(before, after) if before and after else None
-        return start, got, right, accepted, sum(len(p.tokens) for p in prompts)
+        return start, got, right, reading, sum(len(p.tokens) for p in prompts)
 
-    def timed(context: int, batch: int, seed: int, max_tokens: int) -> tuple[float, bool]:
-        start, got, right, _, _ = pass_(context, batch, seed, max_tokens, False)
-        return max(r.done for r in got) - start, right
-
-    readings: list[tuple[Any, Any]] = []
+    def timed(context: int, batch: int, seed: int, max_tokens: int) -> tuple[float, bool, tuple[Any, Any]]:
+        start, got, right, reading, _ = pass_(context, batch, seed, max_tokens, False)
+        return max(r.done for r in got) - start, right, reading
 
     def fresh_pair(context: int, batch: int, seed: int) -> dict[str, Any]:
         """t(1) and t(N), each pass with prompts of its own (each prefills its batch)."""
-        t_one, right_one = timed(context, batch, seed + 1, 1)
-        del readings[:]
-        t_all, right_all = timed(context, batch, seed + 2, plan.tokens)
-        out: dict[str, Any] = {"first_draft_accepted": accepted_over(readings)}
+        t_one, right_one, _ = timed(context, batch, seed + 1, 1)
+        t_all, right_all, reading = timed(context, batch, seed + 2, plan.tokens)
+        out: dict[str, Any] = {"first_draft_accepted": accepted_over([reading])}
         if t_all <= t_one:
             # one 1-token pass took longer than the full one: a one-time cost (a first compile at this batch) landed
             # in it. Timed once more with fresh prompts; both kept in the row
             out["t_one_first_s"] = round(t_one, 3)
-            t_one, right_again = timed(context, batch, seed + 3, 1)
+            t_one, right_again, _ = timed(context, batch, seed + 3, 1)
             right_one = right_one and right_again
         return {**out, "t_one_s": round(t_one, 3), "t_all_s": round(t_all, 3), "as_predicted": right_one and right_all}
 
     def cached_pair(context: int, batch: int, seed: int) -> dict[str, Any]:
         """t(1) and t(N) of the streamed pass's prompts from the prefix cache: once untimed, then `pair_repeats`
         times, the fastest of each kept (every sample in the row); acceptance over every timed N-token pass."""
-        _, warm_one = timed(context, batch, seed, 1)
-        _, warm_all = timed(context, batch, seed, plan.tokens)
+        _, warm_one, _ = timed(context, batch, seed, 1)
+        _, warm_all, _ = timed(context, batch, seed, plan.tokens)
         ones, alls, right, taken = [], [], warm_one and warm_all, []
         for _ in range(plan.pair_repeats):
-            t, ok = timed(context, batch, seed, 1)
+            t, ok, _ = timed(context, batch, seed, 1)
             ones.append(t)
-            del readings[:]
-            t, ok_all = timed(context, batch, seed, plan.tokens)
+            t, ok_all, reading = timed(context, batch, seed, plan.tokens)
             alls.append(t)
-            taken += readings
+            taken.append(reading)
             right = right and ok and ok_all
         return {
             "first_draft_accepted": accepted_over(taken),
@@ -586,8 +582,8 @@ def measure(plan: Plan, port: int, on_row: Callable[[dict], None] | None = None)
             # the streamed pass has prompts of its own: its TTFT and prefill rate are never from a cache
             seed = 100 + 1000 * c + 10 * b
             at = {**base, "context": context, "batch": batch}
-            start, got, right, accepted, prompt_tokens = pass_(context, batch, seed, plan.tokens, True)
-            row = {"path": "serve-stream", **at, "first_draft_accepted": accepted}
+            start, got, right, reading, prompt_tokens = pass_(context, batch, seed, plan.tokens, True)
+            row = {"path": "serve-stream", **at, "first_draft_accepted": accepted_over([reading])}
             row.update(stream_stats(start, got, prompt_tokens), as_predicted=right)
             rows.append(row)
             if plan.reuse_prompts:
