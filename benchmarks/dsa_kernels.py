@@ -154,6 +154,12 @@ def main() -> int:
     ap.add_argument("--mla-max-splits", default="", help="e.g. 16,32,64: the most splits the split policy picks")
     ap.add_argument("--mla-min-split", default="", help="e.g. 32,64,128: the least top-k indices a split")
     ap.add_argument("--mla-split-fill", default="", help="e.g. 0.75,1.5: the share of the SMs a grid must cover")
+    ap.add_argument(
+        "--mla-fixed-tree",
+        action="append",
+        default=[],
+        help="a tree (by its folder name) timed at its own defaults, not swept by the --mla-* policies (repeat)",
+    )
     ap.add_argument("--mla-only", action="store_true", help="time only the sparse-MLA decode rows")
     ap.add_argument(
         "--mla-timer",
@@ -199,6 +205,9 @@ def main() -> int:
             args.peak_gbs = peak_gbs(torch.cuda.get_device_name(0))
         except ValueError as exc:
             ap.error(str(exc))
+    unknown = sorted(set(args.mla_fixed_tree) - {tree.name for tree in args.tree})
+    if unknown:
+        ap.error(f"--mla-fixed-tree {', '.join(unknown)}: not the folder name of any --tree")
     trees = [(tree.name, install_vllm_shim(tree)) for tree in args.tree]
     bpps = [int(b) for b in args.paged_blocks_per_prog.split(",") if b]
     dev = "cuda"
@@ -269,7 +278,9 @@ def main() -> int:
     if "mla-decode" in sections:
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count
         graph = None if args.mla_timer == "launch" else functools.partial(graph_ms, torch=torch)
-        time_mla_decode(trees, policies, record, do_bench, torch, dev, sm_count, graph_bench=graph)
+        time_mla_decode(
+            trees, policies, record, do_bench, torch, dev, sm_count, graph_bench=graph, fixed=args.mla_fixed_tree
+        )
     if args.mla_only:
         bench = do_bench if args.mla_timer == "launch" else functools.partial(graph_ms, torch=torch)
         time_flashmla_sparse(record, bench, torch, args.native)
@@ -365,10 +376,11 @@ def mla_launch(mod, rows: int, heads: int, topk: int, sm_count: int) -> dict:
     return {"block_h": block_h, "head_groups": groups, "splits": splits, "programs": rows * groups * splits}
 
 
-def mla_split_scratch_bytes(rows: int, heads: int, splits: int) -> int:
-    """The fp32 partial outputs split-KV writes and its merge reads back (`MLA_MID_ROW` floats per row, head and
-    split, each way); 0 single-pass. Not in a row's `bytes`, the least the attention must move."""
-    return 0 if splits == 1 else 2 * rows * heads * splits * MLA_MID_ROW * 4
+def mla_split_scratch_bytes(rows: int, heads: int, splits: int, mid_row: int = MLA_MID_ROW) -> int:
+    """The fp32 partial outputs split-KV writes and its merge reads back (`mid_row` floats per row, head and
+    split, each way: `MLA_MID_ROW`, or the module's padded `_MID_ROW`); 0 single-pass. Not in a row's `bytes`, the
+    least the attention must move."""
+    return 0 if splits == 1 else 2 * rows * heads * splits * mid_row * 4
 
 
 def mla_plan(mod, policies: dict, rows: int, heads: int, topk: int, sm_count: int) -> list[tuple[dict, list[str]]]:
@@ -412,14 +424,15 @@ def merge_skipped(mod):
 
 
 def time_mla_decode(
-    trees, policies, record, do_bench, torch, dev: str = "cuda", sm_count: int = 132, graph_bench=None
+    trees, policies, record, do_bench, torch, dev: str = "cuda", sm_count: int = 132, graph_bench=None, fixed=()
 ) -> None:
     """The sparse-MLA decode rows: MLA heads x MLA_ROWS query rows, top-k TOPK over a flat MLA_SLOTS latent cache;
     every tree on the same inputs, at `sm_count` SMs (passed to the kernel, as the backend passes its cached count).
 
     A tree whose module has the `policies`' attributes (the candidate) is timed once per distinct launch the
     policies make at each shape (many make the same one: at 8 heads every heads-per-program value is 16), labelled
-    `tree@bh<heads a program>.kv<splits>` and naming those policies; any other tree once, as it is. Each row
+    `tree@bh<heads a program>.kv<splits>` and naming those policies; any other tree, and a tree named in `fixed`,
+    once, as it is. Each row
     records its launch, the split scratch traffic, the autotuned config, and against the first tree's row of the
     shape its speed-up and largest output difference. A launch that raises becomes its row. With `graph_bench` (`graph_ms` on a
     GPU) a row's `ms` is its time replayed in a CUDA graph, as vLLM's decode runs it (`timer: graph`), and `ms_launch`
@@ -436,14 +449,17 @@ def time_mla_decode(
             first = None  # (ms, output) of the first tree's row at this shape
             for tree, mods in trees:
                 mod = mods["triton_mla_sparse_kernel"]
-                for launch, chosen in mla_plan(mod, policies, n, heads, TOPK, sm_count):
+                swept_by = {} if tree in fixed else policies
+                for launch, chosen in mla_plan(mod, swept_by, n, heads, TOPK, sm_count):
                     row = {
                         "tree": f"{tree}@bh{launch['block_h']}.kv{launch['splits']}" if chosen else tree,
                         "kernel": "sparse MLA decode",
                         "shape": shape,
                         "bytes": sparse_mla_decode_bytes(n, heads, TOPK),
                         "launch": launch,
-                        "split_scratch_bytes": mla_split_scratch_bytes(n, heads, launch["splits"]),
+                        "split_scratch_bytes": mla_split_scratch_bytes(
+                            n, heads, launch["splits"], getattr(mod, "_MID_ROW", MLA_MID_ROW)
+                        ),
                     }
                     if chosen:
                         row["policies"] = chosen

@@ -5,7 +5,10 @@ the rule lab/candidates/README.md states, and write the candidate's tree with th
 
 SWEEP.json is a `dsa_kernels.py --mla-only --tree BEFORE --tree CANDIDATE --mla-max-block-h ... --mla-max-splits ...`
 run: the first tree is the kernel as composed (its rows have no `policies`), the candidate's rows name the policies
-that make each launch, and the document's `mla_policies` gives each policy's module attributes.
+that make each launch, and the document's `mla_policies` gives each policy's module attributes. A sweep of more
+trees (`--tree BASE --tree BEFORE --tree CANDIDATE --mla-fixed-tree BEFORE`: the kernel the series had before the
+entry being tuned, at its own defaults, beside PR #38476's) names with `--before BEFORE` the tree the guard and the
+agreement are judged against and with `--target-base BASE` the one the 3x target is (default: the first tree, both).
 
 The rule, per policy (a combination of the swept values):
 
@@ -62,17 +65,32 @@ def rows_of(shape: str) -> int:
     return int(shape.rsplit(" ", 1)[1])
 
 
-def policy_figures(doc: dict) -> dict[str, dict]:
+def _unswept_rows(rows: list[dict], tree: str | None) -> dict[str, dict]:
+    """{shape: row} of the timed rows without policies of `tree` (None: of the first such tree at each shape)."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        if "policies" in r or r.get("ms") is None or (tree is not None and r["tree"] != tree):
+            continue
+        out.setdefault(r["shape"], r)
+    return out
+
+
+def policy_figures(doc: dict, before_tree: str | None = None, target_tree: str | None = None) -> dict[str, dict]:
     """{policy: {"shapes": {shape: figures}, "failed": [shapes where its launch raised]}} from a sweep document,
-    each shape's figures being its launch, time, share of the peak, speed-up and agreement with the kernel before."""
+    each shape's figures being its launch, time, share of the peak, speed-up and agreement with the kernel before
+    (`before_tree`, default the first unswept tree) and its speed-up over `target_tree` (default the same)."""
     policies = doc.get("mla_policies") or {}
     if not policies:
         raise DecisionError("the sweep has no `mla_policies`: run dsa_kernels.py with --mla-max-block-h/--mla-max-"
                             "splits/--mla-min-split/--mla-split-fill")  # fmt: skip
     rows = [r for r in doc["rows"] if r["kernel"] == "sparse MLA decode"]
-    before = {r["shape"]: r for r in rows if "policies" not in r and r.get("ms") is not None}
+    before = _unswept_rows(rows, before_tree)
     if not before:
-        raise DecisionError("the sweep has no timed row of the kernel before (the first --tree, not swept)")
+        raise DecisionError(f"the sweep has no timed row of the kernel before ({before_tree or 'the first --tree'}, "
+                            "not swept)")  # fmt: skip
+    target = _unswept_rows(rows, target_tree) if target_tree is not None else before
+    if not target:
+        raise DecisionError(f"the sweep has no timed row of the target base {target_tree}")
     out = {label: {"shapes": {}, "failed": []} for label in policies}
     for r in rows:
         base = before.get(r["shape"])
@@ -85,12 +103,15 @@ def policy_figures(doc: dict) -> dict[str, dict]:
             vs = r.get("vs_first_tree", {})
             # two bf16 steps of the largest output: the kernels sum in different orders, each rounds once
             agrees = bool(vs.get("finite")) and vs.get("max_abs_diff", math.inf) <= vs.get("max_abs_first", 0) / 64
+            aim = target.get(r["shape"], base)
             out[label]["shapes"][r["shape"]] = {
                 "tree": r["tree"],
                 "launch": r.get("launch"),
                 "us": r["ms"] * 1e3,
                 "before_us": base["ms"] * 1e3,
                 "speedup": base["ms"] / r["ms"],
+                "target_base_us": aim["ms"] * 1e3,
+                "target_speedup": aim["ms"] / r["ms"],
                 "share_of_peak": r["share_of_peak"],
                 "agrees": agrees,
             }
@@ -106,8 +127,8 @@ def judge(fig: dict) -> dict:
         f = shapes.get(shape)
         if f is None:
             missed.append(f"{shape}: not run")
-        elif rows_of(shape) == 1 and f["speedup"] < TARGET_SPEEDUP:
-            missed.append(f"{shape}: {f['speedup']:.2f}x < {TARGET_SPEEDUP:g}x")
+        elif rows_of(shape) == 1 and f.get("target_speedup", f["speedup"]) < TARGET_SPEEDUP:
+            missed.append(f"{shape}: {f.get('target_speedup', f['speedup']):.2f}x < {TARGET_SPEEDUP:g}x")
         elif rows_of(shape) >= 32 and f["share_of_peak"] < TARGET_SHARE:
             missed.append(f"{shape}: {f['share_of_peak']:.1%} < {TARGET_SHARE:.0%} of the roofline")
     times = [shapes[s]["us"] for s in target_shapes() if s in shapes]
@@ -127,9 +148,9 @@ def preference(attrs: dict) -> tuple:
     return (changed, full["_MAX_KV_SPLITS"], -full["_MIN_TOPK_PER_SPLIT"])
 
 
-def decide(doc: dict) -> dict:
+def decide(doc: dict, before_tree: str | None = None, target_tree: str | None = None) -> dict:
     """The decision: every policy judged, the winner (or None) and the verdict."""
-    figures = policy_figures(doc)  # raises for a sweep without policies
+    figures = policy_figures(doc, before_tree, target_tree)  # raises for a sweep without policies
     policies = doc["mla_policies"]
     judged = {label: {**judge(fig), **fig, "attrs": policies[label]} for label, fig in figures.items()}
     sound = {k: v for k, v in judged.items() if v["agrees"] and v["guard"] and v["geomean_us"] is not None}
@@ -148,7 +169,7 @@ def decide(doc: dict) -> dict:
         if meeting
         else "series entry as faster everywhere; targets missed: " + "; ".join(w["targets_missed"])
     )
-    before_shapes = {r["shape"] for r in doc["rows"] if r["kernel"] == "sparse MLA decode" and "policies" not in r}
+    before_shapes = set(_unswept_rows([r for r in doc["rows"] if r["kernel"] == "sparse MLA decode"], before_tree))
     not_run = sorted(before_shapes - set(w["shapes"]))
     if not_run:  # a sweep cut short: the guard held where it ran
         verdict += f"; not run (the sweep was cut short?): {'; '.join(not_run)}"
@@ -203,11 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", type=Path, help="the candidate's tree, for --write")
     ap.add_argument("--write", type=Path, help="write the winner's tree here")
     ap.add_argument("--out", type=Path, required=True, help="the decision, JSON (and a table beside it, .md)")
+    ap.add_argument("--before", help="the unswept tree the guard and agreement are judged against (default: first)")
+    ap.add_argument("--target-base", help="the unswept tree the 3x target is judged against (default: --before)")
     args = ap.parse_args(argv)
     if (args.tree is None) != (args.write is None):
         ap.error("--tree and --write go together")
     try:
-        decision = decide(json.loads(args.sweep.read_text()))
+        decision = decide(json.loads(args.sweep.read_text()), args.before, args.target_base)
         if decision["winner"] is not None and args.write is not None:
             decision["tree"] = str(winner_tree(args.tree, args.write, decision["attrs"]))
     except DecisionError as exc:

@@ -5,7 +5,7 @@ A lab script (lab/candidates/README.md). Triton compiles to PTX without a GPU an
 assembles it; `cuobjdump --dump-resource-usage` (also in the wheel) reads the registers and the spill stack. The
 arguments are specialized as Triton's launcher specializes them for the real shapes (every pointer, and each integer
 whose value there is a multiple of 16: strides 576 / 512 / 2,048, 64 heads; not the split kernel's mid-buffer
-strides, multiples of 513), so the loads and stores vectorize as they do on the GPU; without it the gathers compile
+strides where the rows are 513 floats), so the loads and stores vectorize as they do on the GPU; without it the gathers compile
 to 2-byte loads and the figures mean nothing. A compile, not a timing:
 
     python3 lab/candidates/sm80_resources.py --tree DIR [--kernel final|split [--splits 16,32,64]] \\
@@ -47,11 +47,12 @@ def _no_disk_cache():
         yield
 
 
-def _int_arguments(heads: int, splits: int, topk: int = 2048) -> dict:
+def _int_arguments(heads: int, splits: int, topk: int = 2048, mid_row: int = 512 + 1) -> dict:
     """Each integer argument's value at the real shape (64 heads, top-k 2048, 600,000 KV slots), as the wrapper
     passes it: the q / kv / out / indices strides, and the split kernel's fp32 mid buffer [tokens, heads, splits,
-    513] (512 output lanes and the LSE), whose strides are multiples of 513."""
-    mid_split = 512 + 1
+    mid_row]: 512 output lanes and the LSE, 513 floats in PR #38476's kernel and entry 0044's (strides not multiples
+    of 16), padded to the module's `_MID_ROW` where it has one."""
+    mid_split = mid_row
     return {
         "seq_kv": 600_000,
         "h_q": heads,
@@ -113,7 +114,7 @@ def resources(
 
     mod = install_vllm_shim(tree)["triton_mla_sparse_kernel"]
     fn = getattr(mod, f"_sparse_mla_kernel_{kernel}").fn
-    sig, attrs = _signature(fn, _int_arguments(heads, splits))
+    sig, attrs = _signature(fn, _int_arguments(heads, splits, mid_row=getattr(mod, "_MID_ROW", 512 + 1)))
     consts = _constants(mod, fn, heads, block_n, splits)
     sig.update({k: "constexpr" for k in consts})
     start = time.perf_counter()
