@@ -52,7 +52,7 @@ SPARSE = dict(tokens=3, heads=20, slots=300, topk=32, sm_scale=0.0416)
 #: sparse MLA at one head count (`--sparse-heads`): 4 tokens over 300 slots, top-k 64, so that the first autotune
 #: config's BLOCK_N of 32 or 16 takes several tiles and 4 splits cut a tile. Token 0 selects the last slot and one
 #: slot twice; token 1 has its last 23 indices -1 (its fourth split of 16 is all -1); token 2 has none valid (out 0);
-#: token 3 has one valid index, at top-k slot 40 (out is that slot's value row exactly). Single-pass, 2 and 4
+#: token 3 has one valid index, at top-k slot 40 (out is that slot's value row exactly). Single-pass, 2, 3 and 4
 #: splits, the wrapper's own split choice at `sm_count`, and the planted fault: every index one slot on, mod 300
 SPARSE_BY_HEADS = dict(tokens=4, slots=300, topk=64, sm_scale=0.0416, sm_count=132)
 #: sparse MLA split many ways (`--sparse-many-splits`): 3 tokens x 8 heads (one program of 16, 8 heads masked) at the
@@ -322,7 +322,8 @@ def _sparse_mla_heads(mods: dict, g: torch.Generator, heads: int) -> dict:
     idx[3, 40] = 123
     indices = idx[:, None, :].contiguous()
     run = mods["triton_mla_sparse_kernel"].triton_mla_sparse_attention
-    out = {f"splits_{n}": run(q, kv, indices, p["sm_scale"], num_kv_splits=n) for n in (1, 2, 4)}
+    # 3 splits: not a power of two (22, 22 and 20 indices), which a merge over a power-of-two tile of splits masks
+    out = {f"splits_{n}": run(q, kv, indices, p["sm_scale"], num_kv_splits=n) for n in (1, 2, 3, 4)}
     out["splits_auto"] = run(q, kv, indices, p["sm_scale"], sm_count=p["sm_count"])
     shifted = torch.where(indices >= 0, (indices + 1) % s, indices)
     out["faulty"] = run(q, kv, shifted, p["sm_scale"], num_kv_splits=1)

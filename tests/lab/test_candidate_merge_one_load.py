@@ -1,0 +1,201 @@
+"""The sparse-MLA candidate `lab/candidates/perf-sparse-mla-merge-one-load.patch` (on top of series entry 0044): the
+split-KV merge reads every split at once, the partial rows are 528 floats (16-byte accesses), and 16-head programs
+may tile 64 indices. Run in Triton's interpreter on a CPU against `vllm_compose.proof.dsa_oracle` and against entry
+0044's kernel, which is the patch's pre-image (its one hunk spans the file).
+
+The interpreter runs each autotuner's first config: BLOCK_N 32 at 4 warps, as the candidate's module lists them, and
+again with the 64-index tile first (`tile64`), so both tiles a 16-head program can tune to are run. `--sparse-heads`
+holds 1, 2, 3 and 4 splits and the wrapper's choice (3 is not a power of two: the merge's split tile is 4 with one
+masked); `--sparse-many-splits` the real top-k in 64 splits (the merge's widest tile). Interpreter times say nothing
+about GPU speed: `lab/candidates/mla_gpu_run.sh` with `BASE_PATCH` times it beside entry 0044 and PR #38476's kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .ci/run)")
+pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
+
+from vllm_compose.proof import dsa_oracle as o  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "lab" / "candidates"))
+import candidate_patch  # noqa: E402
+
+PATCH = REPO / "lab" / "candidates" / "perf-sparse-mla-merge-one-load.patch"
+ENTRY_0044 = REPO / "series" / "patches" / "0044-perf-triton-mla-sparse-one-gather-tile.patch"
+SPARSE_FILE = "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
+HEADS = (8, 20, 64)
+PATHS = ("splits_1", "splits_2", "splits_3", "splits_4", "splits_auto")
+TREES = ("after", "tile64")
+NARROW = '"narrow": ((32, 4, 5), (32, 4, 3), (32, 4, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3)),'
+NARROW_TILE64_FIRST = '"narrow": ((64, 8, 2), (32, 4, 5), (32, 4, 3), (32, 4, 2), (64, 4, 2), (64, 8, 3)),'
+
+
+def module_texts() -> tuple[str, str]:
+    path, before, after = candidate_patch.images(PATCH)
+    assert path == SPARSE_FILE
+    # the pre-image is entry 0044's module, as the compose writes it
+    assert before == candidate_patch.images(ENTRY_0044)[2]
+    return before, after
+
+
+def tile64(text: str) -> str:
+    """The candidate with the 64-index tile (8 warps, 2 stages) first among a 16-head program's configs, and first
+    in the autotuner's list, so that the interpreter (first config only) runs it."""
+    assert text.count(NARROW) == 1
+    return text.replace(NARROW, NARROW_TILE64_FIRST)
+
+
+def tree_of(text: str, root: Path) -> Path:
+    from dsa_kernels_interpreted import kernel_tree
+
+    return kernel_tree(root, triton_mla_sparse_kernel=text)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    from dsa_kernels_interpreted import run_interpreted
+
+    tmp = tmp_path_factory.mktemp("sparse-mla-merge")
+    before, after = module_texts()
+    flags = ("--sparse-heads", ",".join(map(str, HEADS)))
+    return {
+        name: run_interpreted(tree_of(text, tmp / name), tmp / f"{name}.pt", *flags)
+        for name, text in (("before", before), ("after", after), ("tile64", tile64(after)))
+    }
+
+
+def reference(case: dict) -> torch.Tensor:
+    want, _ = o.sparse_mla_attention(case["q"], case["kv"], case["indices"], case["sm_scale"])
+    return want
+
+
+def test_the_two_runs_take_the_two_tiles(runs):
+    assert "BLOCK_N: 32, num_warps: 4" in runs["after"]["configs"]["triton_mla_sparse_kernel"]["_sparse_mla_kernel_split"]
+    for kernel in ("_sparse_mla_kernel_final", "_sparse_mla_kernel_split"):
+        assert "BLOCK_N: 64, num_warps: 8" in runs["tile64"]["configs"]["triton_mla_sparse_kernel"][kernel]
+
+
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("heads", HEADS)
+def test_every_path_matches_the_oracle(runs, tree, heads):
+    case = runs[tree]["sparse_by_heads"][heads]
+    want = reference(case)
+    assert set(PATHS) <= set(case["outputs"])
+    for path in PATHS:
+        got = case["outputs"][path]
+        assert got.shape == (4, heads, 512) and got.dtype == torch.bfloat16, (path, got.shape, got.dtype)
+        verdict = o.compare_attention(got, want)
+        assert verdict.passed and verdict.min_cosine > 0.99999 and verdict.max_rel_error < 5e-3, (path, verdict)
+
+
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("heads", HEADS)
+def test_a_row_with_no_valid_index_is_zero_and_a_single_index_is_its_row(runs, tree, heads):
+    case = runs[tree]["sparse_by_heads"][heads]
+    value = case["kv"][123, 0, :512]
+    for path in PATHS:
+        out = case["outputs"][path]
+        # token 2 has no valid index: every split of it is empty, lse -inf in each, so its merge weights are all 0
+        assert torch.equal(out[2], torch.zeros_like(out[2])), f"{path}: a token with no valid index is not 0"
+        assert torch.equal(out[3], value.expand(heads, 512)), f"{path}: token 3 is not slot 123's value row"
+
+
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("heads", HEADS)
+def test_as_close_as_entry_0044(runs, tree, heads):
+    new, old = runs[tree]["sparse_by_heads"][heads], runs["before"]["sparse_by_heads"][heads]
+    assert torch.equal(new["indices"], old["indices"]) and torch.equal(new["q"], old["q"])
+    want = reference(new)
+    for path in PATHS:
+        got_new, got_old = new["outputs"][path], old["outputs"][path]
+        err_new = o.compare_attention(got_new, want).max_abs_error
+        err_old = o.compare_attention(got_old, want).max_abs_error
+        # the merge sums the splits in another order (a tree, not a running loop): one bf16 step at most
+        assert err_new <= err_old + 2**-8, (path, err_new, err_old)
+        assert float((got_new.float() - got_old.float()).abs().max()) <= 2**-6, path
+
+
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("heads", HEADS)
+def test_shifted_indices_fail(runs, tree, heads):
+    case = runs[tree]["sparse_by_heads"][heads]
+    bad = o.compare_attention(case["outputs"]["faulty"], reference(case))
+    assert not bad.passed and bad.mean_cosine < 0.5, bad
+
+
+@pytest.fixture
+def no_lasting_stand_in(monkeypatch):
+    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
+    monkeypatch.syspath_prepend(str(REPO / "lab" / "candidates"))
+    monkeypatch.syspath_prepend(str(REPO / "lab" / "device"))
+    yield
+    for name in [n for n in sys.modules if (n == "vllm" or n.startswith("vllm.")) and n not in before]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def candidate_module(tmp_path, no_lasting_stand_in):
+    from kernel_offsets import install_vllm_shim
+
+    _, after = module_texts()
+    return install_vllm_shim(tree_of(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
+
+
+def test_partial_rows_are_16_floats_aligned_and_the_tiles_are_pruned_by_heads_a_program(candidate_module):
+    mod = candidate_module
+    assert mod._MID_ROW == 528 and mod._MID_ROW % 16 == 0
+    configs = mod._sparse_mla_kernel_split.configs
+    key = lambda c: (c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)  # noqa: E731
+    narrow = {key(c) for c in mod._configs_for_block_h(configs, {}, BLOCK_H=16)}
+    wide = {key(c) for c in mod._configs_for_block_h(configs, {}, BLOCK_H=64)}
+    assert narrow == {(32, 4, 5), (32, 4, 3), (32, 4, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3)}
+    assert wide == {(32, 8, 5), (16, 8, 5), (32, 8, 3)}
+    assert len(configs) == len(narrow | wide)  # each config once
+    # a list holding none of the class's configs is given back whole (the interpreter's first-config cut)
+    assert mod._configs_for_block_h(configs[:1], {}, BLOCK_H=64) == configs[:1]
+    # the split policy and the warm-up's split counts are entry 0044's
+    assert (mod._MAX_KV_SPLITS, mod._MIN_TOPK_PER_SPLIT, mod._SPLIT_MIN_FILL, mod._MAX_BLOCK_H) == (16, 128, 1.5, 16)
+    assert mod.KV_SPLITS_CANDIDATES == (1, 2, 4, 8, 16)
+
+
+@pytest.mark.parametrize(("block_n", "warps", "stages"), [(32, 4, 5), (64, 8, 2)])
+def test_the_split_kernel_stores_16_bytes_a_thread_on_sm80(tmp_path, no_lasting_stand_in, block_n, warps, stages):
+    # a compile for sm_80 on the CPU (Triton's PTX, the wheel's ptxas): entry 0044's 513-float rows stored 4 bytes
+    # at a time; the 528-float rows store 16. Measured: 193 and 128 registers, no spill, 93,952 / 94,464 B shared
+    from sm80_resources import resources
+
+    _, after = module_texts()
+    tree = tree_of(after, tmp_path / "after")
+    r = resources(tree, "split", heads=64, block_n=block_n, num_warps=warps, num_stages=stages, splits=32)
+    assert r["block_h"] == 16 and r["spill_stack_bytes"] == 0 and r["fits_a100"], r
+    assert r["kv_async_copy"] and r["widest_global_load"] == 16 and r["widest_global_store"] == 16, r
+
+
+@pytest.fixture(scope="module")
+def many_splits(tmp_path_factory) -> dict:
+    from dsa_kernels_interpreted import run_interpreted
+
+    tmp = tmp_path_factory.mktemp("many-splits-merge")
+    _, after = module_texts()
+    return run_interpreted(tree_of(after, tmp / "after"), tmp / "after.pt", "--sparse-many-splits")["sparse_many_splits"]
+
+
+@pytest.mark.slow
+def test_the_real_top_k_in_64_splits_matches_the_oracle(many_splits):
+    case = many_splits
+    want = reference(case)
+    for path in ("splits_64", "splits_policy"):
+        got = case["outputs"][path]
+        verdict = o.compare_attention(got, want)
+        assert verdict.passed and verdict.min_cosine > 0.99999 and verdict.max_rel_error < 5e-3, (path, verdict)
+        # token 1: no valid index in any of 64 splits; token 2: one, in split 62 of 64
+        assert torch.equal(got[1], torch.zeros_like(got[1])), path
+        assert torch.equal(got[2], case["kv"][1234, 0, :512].expand(8, 512)), path
+    bad = o.compare_attention(case["outputs"]["faulty"], want)
+    assert not bad.passed, bad
