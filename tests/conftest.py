@@ -18,6 +18,7 @@ import http.client
 import io
 import os
 import socket
+import sys
 import urllib.error
 from pathlib import Path
 
@@ -215,3 +216,16 @@ def toy_upstream(tmp_path) -> Path:
 def toy_series(tmp_path) -> Path:
     """The toy series of the compose tests, its PR content in the test's cache (`toy_compose.make_series`)."""
     return toy_compose.make_series(tmp_path)
+
+
+@pytest.fixture
+def no_lasting_stand_in(monkeypatch):
+    """`install_vllm_shim` puts a stand-in `vllm` package (no module spec) in sys.modules, which would stay there and
+    break later tests that look vLLM up (`importlib.util.find_spec`)."""
+    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.syspath_prepend(str(root / "lab" / "candidates"))
+    monkeypatch.syspath_prepend(str(root / "lab" / "device"))
+    yield
+    for name in [n for n in sys.modules if (n == "vllm" or n.startswith("vllm.")) and n not in before]:
+        del sys.modules[name]

@@ -20,6 +20,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .ci/run)")
 pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
 
+from sparse_mla_checks import assert_as_close_as, assert_padding_rows, assert_paths_match_oracle, reference  # noqa: E402
+
 from vllm_compose.proof import dsa_oracle as o  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,13 +72,10 @@ def runs(tmp_path_factory) -> dict:
     }
 
 
-def reference(case: dict) -> torch.Tensor:
-    want, _ = o.sparse_mla_attention(case["q"], case["kv"], case["indices"], case["sm_scale"])
-    return want
-
-
 def test_the_two_runs_take_the_two_tiles(runs):
-    assert "BLOCK_N: 32, num_warps: 4" in runs["after"]["configs"]["triton_mla_sparse_kernel"]["_sparse_mla_kernel_split"]
+    assert (
+        "BLOCK_N: 32, num_warps: 4" in runs["after"]["configs"]["triton_mla_sparse_kernel"]["_sparse_mla_kernel_split"]
+    )
     for kernel in ("_sparse_mla_kernel_final", "_sparse_mla_kernel_split"):
         assert "BLOCK_N: 64, num_warps: 8" in runs["tile64"]["configs"]["triton_mla_sparse_kernel"][kernel]
 
@@ -84,41 +83,21 @@ def test_the_two_runs_take_the_two_tiles(runs):
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("heads", HEADS)
 def test_every_path_matches_the_oracle(runs, tree, heads):
-    case = runs[tree]["sparse_by_heads"][heads]
-    want = reference(case)
-    assert set(PATHS) <= set(case["outputs"])
-    for path in PATHS:
-        got = case["outputs"][path]
-        assert got.shape == (4, heads, 512) and got.dtype == torch.bfloat16, (path, got.shape, got.dtype)
-        verdict = o.compare_attention(got, want)
-        assert verdict.passed and verdict.min_cosine > 0.99999 and verdict.max_rel_error < 5e-3, (path, verdict)
+    assert_paths_match_oracle(runs[tree]["sparse_by_heads"][heads], PATHS, heads)
 
 
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("heads", HEADS)
 def test_a_row_with_no_valid_index_is_zero_and_a_single_index_is_its_row(runs, tree, heads):
-    case = runs[tree]["sparse_by_heads"][heads]
-    value = case["kv"][123, 0, :512]
-    for path in PATHS:
-        out = case["outputs"][path]
-        # token 2 has no valid index: every split of it is empty, lse -inf in each, so its merge weights are all 0
-        assert torch.equal(out[2], torch.zeros_like(out[2])), f"{path}: a token with no valid index is not 0"
-        assert torch.equal(out[3], value.expand(heads, 512)), f"{path}: token 3 is not slot 123's value row"
+    # token 2's splits are all empty (lse -inf each): its merge weights are all 0
+    assert_padding_rows(runs[tree]["sparse_by_heads"][heads], PATHS, heads)
 
 
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("heads", HEADS)
 def test_as_close_as_entry_0044(runs, tree, heads):
-    new, old = runs[tree]["sparse_by_heads"][heads], runs["before"]["sparse_by_heads"][heads]
-    assert torch.equal(new["indices"], old["indices"]) and torch.equal(new["q"], old["q"])
-    want = reference(new)
-    for path in PATHS:
-        got_new, got_old = new["outputs"][path], old["outputs"][path]
-        err_new = o.compare_attention(got_new, want).max_abs_error
-        err_old = o.compare_attention(got_old, want).max_abs_error
-        # the merge sums the splits in another order (a tree, not a running loop): one bf16 step at most
-        assert err_new <= err_old + 2**-8, (path, err_new, err_old)
-        assert float((got_new.float() - got_old.float()).abs().max()) <= 2**-6, path
+    # the merge sums the splits as a tree, not a running loop: one bf16 step at most
+    assert_as_close_as(runs[tree]["sparse_by_heads"][heads], runs["before"]["sparse_by_heads"][heads], PATHS)
 
 
 @pytest.mark.parametrize("tree", TREES)
@@ -127,16 +106,6 @@ def test_shifted_indices_fail(runs, tree, heads):
     case = runs[tree]["sparse_by_heads"][heads]
     bad = o.compare_attention(case["outputs"]["faulty"], reference(case))
     assert not bad.passed and bad.mean_cosine < 0.5, bad
-
-
-@pytest.fixture
-def no_lasting_stand_in(monkeypatch):
-    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
-    monkeypatch.syspath_prepend(str(REPO / "lab" / "candidates"))
-    monkeypatch.syspath_prepend(str(REPO / "lab" / "device"))
-    yield
-    for name in [n for n in sys.modules if (n == "vllm" or n.startswith("vllm.")) and n not in before]:
-        del sys.modules[name]
 
 
 @pytest.fixture
@@ -183,7 +152,9 @@ def many_splits(tmp_path_factory) -> dict:
 
     tmp = tmp_path_factory.mktemp("many-splits-merge")
     _, after = module_texts()
-    return run_interpreted(tree_of(after, tmp / "after"), tmp / "after.pt", "--sparse-many-splits")["sparse_many_splits"]
+    return run_interpreted(tree_of(after, tmp / "after"), tmp / "after.pt", "--sparse-many-splits")[
+        "sparse_many_splits"
+    ]
 
 
 @pytest.mark.slow

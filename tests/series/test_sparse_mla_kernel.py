@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from release_trees import composed_tree
+from sparse_mla_checks import assert_as_close_as, assert_padding_rows, assert_paths_match_oracle, reference
 
 torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .ci/run)")
 pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
@@ -93,51 +94,23 @@ def runs(tmp_path_factory) -> dict:
     }
 
 
-def reference(case: dict) -> torch.Tensor:
-    want, _ = o.sparse_mla_attention(case["q"], case["kv"], case["indices"], case["sm_scale"])
-    return want
-
-
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("heads", HEADS)
 def test_every_path_of_the_entry_matches_the_oracle(runs, tree, heads):
-    case = runs[tree]["sparse_by_heads"][heads]
-    want = reference(case)
-    for path in PATHS:
-        got = case["outputs"][path]
-        assert got.shape == (4, heads, 512) and got.dtype == torch.bfloat16, (path, got.shape, got.dtype)
-        verdict = o.compare_attention(got, want)
-        # measured at most 3.0e-3 and at least 0.999995 (bf16 outputs), the composed kernel's figures on these inputs
-        assert verdict.passed and verdict.min_cosine > 0.99999 and verdict.max_rel_error < 5e-3, (path, verdict)
+    assert_paths_match_oracle(runs[tree]["sparse_by_heads"][heads], PATHS, heads)
 
 
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("heads", HEADS)
 def test_padding_a_row_with_no_valid_index_and_a_single_index(runs, tree, heads):
-    case = runs[tree]["sparse_by_heads"][heads]
-    value = case["kv"][123, 0, :512]
-    for path in PATHS:
-        out = case["outputs"][path]
-        assert torch.equal(out[2], torch.zeros_like(out[2])), f"{path}: a token with no valid index is not 0"
-        # one valid index: softmax weight 1, so the output is that slot's value row, bit for bit
-        assert torch.equal(out[3], value.expand(heads, 512)), f"{path}: token 3 is not slot 123's value row"
+    assert_padding_rows(runs[tree]["sparse_by_heads"][heads], PATHS, heads)
 
 
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("heads", HEADS)
 def test_the_entry_is_as_close_as_the_kernel_it_replaces(runs, tree, heads):
-    new, old = runs[tree]["sparse_by_heads"][heads], runs["before"]["sparse_by_heads"][heads]
-    assert torch.equal(new["indices"], old["indices"]) and torch.equal(new["q"], old["q"])  # the same inputs
-    want = reference(new)
-    for path in PATHS:
-        got_new, got_old = new["outputs"][path], old["outputs"][path]
-        err_new = o.compare_attention(got_new, want).max_abs_error
-        err_old = o.compare_attention(got_old, want).max_abs_error
-        # both round fp32 sums to bf16; the order of the sums differs (chunks, tiles, BLOCK_N), so a few outputs
-        # round the other way: at most one bf16 step at the outputs' scale (|out| < 4: 2**-6; measured 3.9e-3 at
-        # most, and the same largest error against the oracle)
-        assert err_new <= err_old + 2**-8, (path, err_new, err_old)
-        assert float((got_new.float() - got_old.float()).abs().max()) <= 2**-6, path
+    # measured 3.9e-3 at most between the two kernels, and the same largest error against the oracle
+    assert_as_close_as(runs[tree]["sparse_by_heads"][heads], runs["before"]["sparse_by_heads"][heads], PATHS)
 
 
 @pytest.mark.parametrize("tree", TREES)
@@ -167,18 +140,6 @@ def test_heads_per_program_and_split_choices(runs):
     assert wide64["splits"] == after["splits"]  # the policy does not depend on the heads a program
     # the composed kernel splits only below a quarter of the SMs (its programs hold 16 heads)
     assert before["splits"][(64, 1, 2048, 132)] == 1 and before["splits"][(1, 1, 2048, 132)] == 16
-
-
-@pytest.fixture
-def no_lasting_stand_in(monkeypatch):
-    """`install_vllm_shim` puts a stand-in `vllm` package (no module spec) in sys.modules, which would stay there and
-    break later tests that look vLLM up (`importlib.util.find_spec`)."""
-    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
-    monkeypatch.syspath_prepend(str(REPO / "lab" / "candidates"))
-    monkeypatch.syspath_prepend(str(REPO / "lab" / "device"))
-    yield
-    for name in [n for n in sys.modules if (n == "vllm" or n.startswith("vllm.")) and n not in before]:
-        del sys.modules[name]
 
 
 @pytest.fixture

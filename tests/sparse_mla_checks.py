@@ -1,0 +1,50 @@
+"""The checks the sparse-MLA kernel tests share (tests/series/test_sparse_mla_kernel.py, entry 0044;
+tests/lab/test_candidate_merge_one_load.py, the candidate on top of it), each over one `--sparse-heads` case of
+tests/dsa_kernels_interpreted.py: every path against `dsa_oracle`, the padding rows exactly, and the largest error
+against the kernel a change replaces."""
+
+from __future__ import annotations
+
+import torch
+
+from vllm_compose.proof import dsa_oracle as o
+
+
+def reference(case: dict) -> torch.Tensor:
+    want, _ = o.sparse_mla_attention(case["q"], case["kv"], case["indices"], case["sm_scale"])
+    return want
+
+
+def assert_paths_match_oracle(case: dict, paths, heads: int) -> None:
+    """Each path's output is [4, heads, 512] bf16 and passes the oracle: min cosine > 0.99999, max relative error
+    < 5e-3 (measured at most 3.0e-3 and at least 0.999995, bf16 outputs, the composed kernel's figures too)."""
+    want = reference(case)
+    for path in paths:
+        got = case["outputs"][path]
+        assert got.shape == (4, heads, 512) and got.dtype == torch.bfloat16, (path, got.shape, got.dtype)
+        verdict = o.compare_attention(got, want)
+        assert verdict.passed and verdict.min_cosine > 0.99999 and verdict.max_rel_error < 5e-3, (path, verdict)
+
+
+def assert_padding_rows(case: dict, paths, heads: int) -> None:
+    """Token 2 has no valid index (every split of it empty): exactly 0. Token 3 has one, slot 123: softmax weight 1,
+    so the output is that slot's value row, bit for bit."""
+    value = case["kv"][123, 0, :512]
+    for path in paths:
+        out = case["outputs"][path]
+        assert torch.equal(out[2], torch.zeros_like(out[2])), f"{path}: a token with no valid index is not 0"
+        assert torch.equal(out[3], value.expand(heads, 512)), f"{path}: token 3 is not slot 123's value row"
+
+
+def assert_as_close_as(new: dict, old: dict, paths) -> None:
+    """`new` (the change's run) is as close to the oracle as `old` (the kernel it replaces) on the same inputs: both
+    round fp32 sums to bf16 in another order (chunks, tiles, BLOCK_N, the merge), so a few outputs round the other
+    way: at most one bf16 step at the outputs' scale (|out| < 4: 2**-6)."""
+    assert torch.equal(new["indices"], old["indices"]) and torch.equal(new["q"], old["q"])  # the same inputs
+    want = reference(new)
+    for path in paths:
+        got_new, got_old = new["outputs"][path], old["outputs"][path]
+        err_new = o.compare_attention(got_new, want).max_abs_error
+        err_old = o.compare_attention(got_old, want).max_abs_error
+        assert err_new <= err_old + 2**-8, (path, err_new, err_old)
+        assert float((got_new.float() - got_old.float()).abs().max()) <= 2**-6, path
