@@ -14,7 +14,10 @@ staged tree is the series as it stands (`vllm-compose rebase` into REPO; the sto
     python3 lab/device/stage.py build --lock lab/device/payload-v0.33.0.lock --wheels DIR \\
         --onto v0.33.0 --repo /path/to/scratch/vllm [--sources DIR]
 
-or from trees already written (`--stock-tree /tmp/s33/vllm --composed-tree /tmp/c33/vllm`: nothing then checks
+`--onto` composes into an existing repository: a `--repo` folder that does not exist yet needs one
+`vllm-compose rebase --onto TAG --repo DIR --init --sources DIR --no-checkout` first.
+
+Or from trees already written (`--stock-tree /tmp/s33/vllm --composed-tree /tmp/c33/vllm`: nothing then checks
 that the composed tree is the series' current compose).
 
 There, one call per part, back to back (the machine stays warm 30 s between calls):
