@@ -201,6 +201,26 @@ def test_the_winners_tree_has_its_policy_as_the_defaults(tmp_path):
         md.winner_tree(tmp_path / "mla", tmp_path / "win2", {"_NO_SUCH": 1})
 
 
+def test_with_three_trees_the_guard_is_the_entry_and_the_target_the_prs_kernel():
+    # a candidate on top of an entry: the entry ("prev", unswept, 2x faster than PR #38476's kernel everywhere) sits
+    # between the first tree and the candidate's rows, which are 1.6x the PR's kernel (0.8x the entry) at one row
+    doc = sweep({"kv32": ({"_MAX_KV_SPLITS": 32}, 4.0, {(label, 1): (1.6, 32) for label in ("GLM-5 TP1",)})})
+    prev = [dict(r, tree="prev", ms=r["ms"] / 2.0) for r in doc["rows"] if r["tree"] == "v0260"]
+    doc["rows"] = doc["rows"][:1] + prev + doc["rows"][1:]
+    # against the first tree (the default): 1.6x at one row, the guard holds, the 3x target is missed there
+    first = md.decide(doc)["policies"]["kv32"]
+    assert first["guard"] and any("rows 1: 1.60x < 3x" in m for m in first["targets_missed"])
+    # the guard against the entry: 0.8x at GLM-5 TP1's one row, so out; the target still against the PR's kernel
+    d = md.decide(doc, before_tree="prev", target_tree="v0260")
+    fig = d["policies"]["kv32"]
+    one = fig["shapes"]["GLM-5 TP1 64h top-k 2048 rows 1"]
+    assert one["speedup"] == pytest.approx(0.8) and one["target_speedup"] == pytest.approx(1.6)
+    assert not fig["guard"] and d["winner"] is None
+    assert any("GLM-5 TP1 64h top-k 2048 rows 1: 1.60x < 3x" in m for m in fig["targets_missed"])
+    with pytest.raises(md.DecisionError, match="no timed row of the kernel before \\(nosuch"):
+        md.decide(doc, before_tree="nosuch")
+
+
 def test_a_sweep_without_policies_is_refused(tmp_path, capsys):
     src = tmp_path / "sweep.json"
     src.write_text(json.dumps({"rows": []}))
