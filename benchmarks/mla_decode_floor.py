@@ -47,11 +47,11 @@ def kernels():
             tl.store(x_ptr, 0.0)
 
     @triton.jit
-    def gather(kv_ptr, idx_ptr, out_ptr, PER: tl.constexpr, DC: tl.constexpr):
+    def gather(kv_ptr, idx_ptr, out_ptr, QK: tl.constexpr, PER: tl.constexpr, DC: tl.constexpr):
         pid = tl.program_id(0)
         offs = pid * PER + tl.arange(0, PER)
         idx = tl.load(idx_ptr + offs).to(tl.int64)
-        rows = kv_ptr + idx[:, None] * QK_DIM
+        rows = kv_ptr + idx[:, None] * QK  # a latent row of QK lanes: four DC chunks and the 64 rope lanes
         lanes = tl.arange(0, DC)
         acc = tl.zeros([PER], dtype=tl.float32)
         for c in tl.static_range(0, 4):
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     out = torch.empty(max(GATHER_PROGRAMS), device="cuda")
     for p in GATHER_PROGRAMS:
         per = TOPK // p
-        run = functools.partial(gather[(p,)], kv, idx, out, PER=per, DC=128, num_warps=4)
+        run = functools.partial(gather[(p,)], kv, idx, out, QK=QK_DIM, PER=per, DC=128, num_warps=4)
         record(f"gather {p} programs", bench(run), programs=p, indices_a_program=per, bytes=TOPK * QK_DIM * 2)
         got, want = out[:p].sum().item(), kv[idx.long()].float().sum().item()
         if abs(got - want) > 1e-3 * max(1.0, abs(want)) + 1.0:
