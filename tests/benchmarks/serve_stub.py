@@ -46,11 +46,14 @@ def walk(spec: dict, prompt: list[int], n: int) -> list[int]:
 class Stub:
     """The stub's settings and counters."""
 
-    def __init__(self, ttft=0.05, itl=0.02, chunk=1, wrong=False, ready=True, one_token_stalls=()):
+    def __init__(self, ttft=0.05, itl=0.02, chunk=1, wrong=False, ready=True, one_token_stalls=(), stream_stalls=()):
         self.ttft, self.itl, self.chunk, self.wrong, self.ready = ttft, itl, chunk, wrong, ready
         #: extra seconds for the n-th plain 1-token request (a first compile landing in a t(1) pass), in order
         self.one_token_stalls = list(one_token_stalls)
         self.one_token_requests = 0
+        #: extra seconds at every gap of the n-th streamed request (a stalled decode), in order
+        self.stream_stalls = list(stream_stalls)
+        self.stream_requests = 0
         self.drafts = self.accepted = 0
         self.lock = threading.Lock()
         self.bodies: list[dict] = []
@@ -126,10 +129,13 @@ def handler(stub: Stub):
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
+            with stub.lock:
+                n, stub.stream_requests = stub.stream_requests, stub.stream_requests + 1
+            gap_stall = stub.stream_stalls[n] if n < len(stub.stream_stalls) else 0.0
             time.sleep(stub.ttft)
             event({"choices": [{"index": 0, "text": "", "token_ids": toks[:1]}]})
             for i in range(1, len(toks), stub.chunk):
-                time.sleep(stub.itl)
+                time.sleep(stub.itl + gap_stall)
                 event({"choices": [{"index": 0, "text": "", "token_ids": toks[i : i + stub.chunk]}]})
             event({"choices": [], "usage": {"completion_tokens": len(toks)}})
             event("[DONE]")

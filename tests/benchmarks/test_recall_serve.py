@@ -294,10 +294,10 @@ def test_reused_prompts_are_the_streamed_passs_with_the_prefix_cache_on(model_di
         (1, "serve-stream"), (1, "serve-cached"), (2, "serve-stream"), (2, "serve-cached"),
     ]  # fmt: skip
     assert all(r["as_predicted"] and r["per_request_tok_s"] > 0 for r in rows)
-    # the warm-up, then per batch size the streamed pass, an untimed cached pair and five timed ones, all of the same
-    # prompts; the batch sizes' prompts differ
+    # the warm-up, then per batch size the streamed pass, an untimed cached pair, five timed ones and five streamed
+    # passes from the cache, all of the same prompts; the batch sizes' prompts differ
     prompts = [tuple(b["prompt"]) for b in stub.bodies]
-    per = 1 + 2 * (1 + 5)
+    per = 1 + 2 * (1 + 5) + 5
     assert len(prompts) == 1 + per * (1 + 2)
     first, second = prompts[1 : 1 + per], prompts[1 + per :]
     # (a pass's requests arrive in any order)
@@ -325,6 +325,42 @@ def test_a_stalled_cached_pass_does_not_set_the_rate(model_dir):
     cached = rows[1]
     assert sorted(cached["t_one_samples_s"])[-3] >= 0.5 and cached["t_one_s"] < 0.1
     assert cached["t_all_s"] > cached["t_one_s"] and cached["per_request_tok_s"] > 3 / 0.5
+
+
+def test_the_cached_prompts_streamed_give_the_decode_rate_and_a_stalled_pass_does_not_set_it(model_dir):
+    # streamed requests in order: the fresh streamed pass (0), then the five streamed cached passes (1-5), of which
+    # the first two stall 0.1 s at every gap; the stub's own gap is 0.02 s, so the rate is about 50 tok/s
+    stub = serve_stub.Stub(ttft=0.02, itl=0.02, stream_stalls=[0.0, 0.1, 0.1])
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(rs.Plan(str(model_dir), [1], contexts=[128], tokens=6, reuse_prompts=True),
+                          server.server_address[1])  # fmt: skip
+    finally:
+        server.shutdown()
+    cached = rows[1]
+    samples = cached["stream_cached_samples_tok_s"]
+    assert len(samples) == 5 and samples[0] < 10 and samples[1] < 10
+    assert cached["stream_cached_tok_s"] == max(samples) and 30 < cached["stream_cached_tok_s"] <= 50
+    assert 19 <= cached["stream_cached_itl_ms"]["p50"] < 35
+    assert cached["as_predicted"]
+
+
+def test_a_wrong_token_in_a_streamed_cached_pass_marks_the_row(model_dir, monkeypatch):
+    # the cached pair's passes are right; only the streamed cached passes' tokens are wrong
+    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
+    real = serve_stub.Stub.tokens
+    monkeypatch.setattr(
+        serve_stub.Stub, "tokens",
+        lambda self, body: [t + 1 for t in real(self, body)] if body.get("stream") and self.stream_requests > 1
+        else real(self, body),
+    )  # fmt: skip
+    server = serve_stub.start(stub)
+    try:
+        rows = rs.measure(rs.Plan(str(model_dir), [1], contexts=[128], tokens=4, reuse_prompts=True, pair_repeats=2),
+                          server.server_address[1])  # fmt: skip
+    finally:
+        server.shutdown()
+    assert rows[0]["as_predicted"] and not rows[1]["as_predicted"]
 
 
 def test_cached_pairs_judge_every_pass_and_count_acceptance_over_every_full_one(model_dir):
@@ -495,10 +531,11 @@ def test_table_puts_a_configurations_paths_together():
             {**base, "path": "serve-stream", "per_request_tok_s": 29.0, "aggregate_tok_s": 29.0,
              "ttft_ms": {"mean": 812.5}, "prefill_tok_s": 10082.1, "kv_bytes_per_token": 10528.0},
             {**base, "per_request_tok_s": 30.1, "aggregate_tok_s": 30.1},  # an offline result from before `path`
-            {**base, "path": "serve", "per_request_tok_s": 29.5, "aggregate_tok_s": 29.5, "decode_share": 0.0412},
+            {**base, "path": "serve", "per_request_tok_s": 29.5, "aggregate_tok_s": 29.5, "decode_share": 0.0412,
+             "stream_cached_tok_s": 31.2},
         ]
     ).splitlines()  # fmt: skip
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| offline", "| serve", "| serve-stream"]
-    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | - | yes |")
-    assert rows[3].endswith("| 29.5 | 29.5 | 0.04 | - | - | - | yes |")
-    assert rows[4].endswith("| 29.0 | 29.0 | - | 812.5 | 10082.1 | 10,528 | yes |")
+    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | - | - | yes |")
+    assert rows[3].endswith("| 29.5 | 29.5 | 0.04 | 31.2 | - | - | - | yes |")
+    assert rows[4].endswith("| 29.0 | 29.0 | - | - | 812.5 | 10082.1 | 10,528 | yes |")
