@@ -8,8 +8,13 @@ whose value there is a multiple of 16: strides 576 / 512 / 2,048, 64 heads; not 
 strides where the rows are 513 floats), so the loads and stores vectorize as they do on the GPU; without it the gathers compile
 to 2-byte loads and the figures mean nothing. A compile, not a timing:
 
-    python3 lab/candidates/sm80_resources.py --tree DIR [--kernel final|split [--splits 16,32,64]] \\
+    python3 lab/candidates/sm80_resources.py --tree DIR [--kernel final|split|merge [--splits 16,32,64]] \\
         [--config 64:32:8:5 ...] [--json]
+
+`--kernel merge` builds the split-KV merge at each split count as the tree's wrapper launches it (its DV tile and
+warps: the module's `_merge_dv_tile` / `_MERGE_NUM_WARPS` where it has them, else 128 lanes and 2 warps, PR #38476's
+and entry 0044's), and also counts its barriers (`bar.sync`): a merge whose sum over the splits crosses warps goes
+through shared memory.
 
 DIR holds vllm/v1/attention/ops/triton_mla_sparse_kernel.py (and mqa_logits_triton.py, which the loader wants; it
 may be empty). A config is heads:BLOCK_N:num_warps:num_stages; the default is each autotune config of the tree at
@@ -102,20 +107,43 @@ def _constants(mod, fn, heads: int, block_n: int, splits: int) -> dict:
     return {k: v for k, v in c.items() if k in fn.arg_names}
 
 
+def merge_launch(mod, splits: int) -> dict:
+    """The merge's constexprs and warps at `splits` splits, as the tree's wrapper passes them."""
+    import triton
+
+    tile = mod._merge_dv_tile(splits) if hasattr(mod, "_merge_dv_tile") else getattr(mod, "_MERGE_BLOCK_DV_TILE", 128)
+    consts = {
+        "NUM_KV_SPLITS": splits,
+        "BLOCK_SPLITS": triton.next_power_of_2(splits),
+        "BLOCK_H": getattr(mod, "_MERGE_BLOCK_H", 1),
+        "BLOCK_DV": 512,
+        "BLOCK_DV_TILE": tile,
+        "kv_group_num": 64,
+    }
+    return {"constants": consts, "num_warps": getattr(mod, "_MERGE_NUM_WARPS", 2)}
+
+
 def resources(
     tree: Path, kernel: str, heads: int, block_n: int, num_warps: int, num_stages: int, splits: int = 2
 ) -> dict:
-    """Compile one config of `kernel` ("final" or "split", at `splits` splits) for sm_80; what it costs, and the
-    compile's seconds (Triton to PTX, ptxas to the cubin; the disk cache would hide them, so it is bypassed)."""
+    """Compile one config of `kernel` ("final" or "split", at `splits` splits; "merge" at `splits` splits as the
+    wrapper launches it, `block_n`, `num_warps` and `num_stages` unused) for sm_80; what it costs, and the compile's
+    seconds (Triton to PTX, ptxas to the cubin; the disk cache would hide them, so it is bypassed)."""
     import triton
     from kernel_offsets import install_vllm_shim
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     mod = install_vllm_shim(tree)["triton_mla_sparse_kernel"]
-    fn = getattr(mod, f"_sparse_mla_kernel_{kernel}").fn
+    # the split and final kernels are autotuned (the JIT function under it); the merge is a plain JIT function
+    fn = mod._sparse_mla_merge_kernel if kernel == "merge" else getattr(mod, f"_sparse_mla_kernel_{kernel}").fn
     sig, attrs = _signature(fn, _int_arguments(heads, splits, mid_row=getattr(mod, "_MID_ROW", 512 + 1)))
-    consts = _constants(mod, fn, heads, block_n, splits)
+    if kernel == "merge":
+        launch = merge_launch(mod, splits)
+        consts = {k: v for k, v in launch["constants"].items() if k in fn.arg_names}
+        num_warps, num_stages, block_n = launch["num_warps"], 1, 0
+    else:
+        consts = _constants(mod, fn, heads, block_n, splits)
     sig.update({k: "constexpr" for k in consts})
     start = time.perf_counter()
     with _no_disk_cache():
@@ -147,8 +175,9 @@ def resources(
         "tree": str(tree),
         "kernel": kernel,
         "heads": heads,
-        "splits": splits if kernel == "split" else 1,
-        "block_h": consts["BLOCK_H"],
+        "splits": splits if kernel in ("split", "merge") else 1,
+        "block_h": consts.get("BLOCK_H", 1),
+        "dv_tile": consts.get("BLOCK_DV_TILE"),
         "block_n": block_n,
         "num_warps": num_warps,
         "num_stages": num_stages,
@@ -160,6 +189,7 @@ def resources(
         "kv_buffers": max(depths, default=0),
         "widest_global_load": 4 * max(vectors, default=1),  # bytes: ld.global.v4.b32 is 16
         "widest_global_store": 4 * max(stores, default=1),
+        "barriers": len(re.findall(r"\bbar(?:rier)?\.sync", compiled.asm["ptx"])),
         "compile_seconds": round(seconds, 2),
     }
 
@@ -167,16 +197,24 @@ def resources(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, required=True)
-    ap.add_argument("--kernel", choices=("final", "split"), default="final")
+    ap.add_argument("--kernel", choices=("final", "split", "merge"), default="final")
     ap.add_argument("--config", action="append", help="heads:BLOCK_N:num_warps:num_stages (repeat)")
     ap.add_argument("--splits", default="2", help="the split kernel at each of these split counts, e.g. 16,32,64")
     ap.add_argument("--json", action="store_true", help="one JSON object a line")
     args = ap.parse_args(argv)
     try:
-        split_counts = [int(s) for s in args.splits.split(",")] if args.kernel == "split" else [1]
+        split_counts = [int(s) for s in args.splits.split(",")] if args.kernel != "final" else [1]
     except ValueError:
         ap.error(f"--splits {args.splits!r}: want split counts, e.g. 16,32,64")
     configs = args.config
+    if args.kernel == "merge":
+        for splits in split_counts:
+            r = resources(args.tree, "merge", 64, 0, 0, 0, splits)
+            print(json.dumps(r) if args.json else (
+                f"merge x{splits}: {r['num_warps']} warps, {r['dv_tile']} lanes a program, {r['registers']} registers, "
+                f"{r['spill_stack_bytes']} B spilled, {r['shared_bytes']} B shared, {r['barriers']} barriers, "
+                f"{r['widest_global_load']}-byte loads, {r['widest_global_store']}-byte stores"), flush=True)  # fmt: skip
+        return 0
     if not configs:
         from kernel_offsets import install_vllm_shim
 

@@ -1,6 +1,6 @@
 """The sparse-MLA candidate `lab/candidates/perf-sparse-mla-merge-one-load.patch` (on top of series entry 0044): the
-split-KV merge reads every split at once, the partial rows are 528 floats (16-byte accesses), and 16-head programs
-may tile 64 indices. Run in Triton's interpreter on a CPU against `vllm_compose.proof.dsa_oracle` and against entry
+split-KV merge reads every split at once in one warp, the partial rows are 528 floats (16-byte accesses), and
+16-head programs may tile 64 indices. Run in Triton's interpreter on a CPU against `vllm_compose.proof.dsa_oracle` and against entry
 0044's kernel, which is the patch's pre-image (its one hunk spans the file).
 
 The interpreter runs each autotuner's first config: BLOCK_N 32 at 4 warps, as the candidate's module lists them, and
@@ -144,6 +144,41 @@ def test_the_split_kernel_stores_16_bytes_a_thread_on_sm80(tmp_path, no_lasting_
     r = resources(tree, "split", heads=64, block_n=block_n, num_warps=warps, num_stages=stages, splits=32)
     assert r["block_h"] == 16 and r["spill_stack_bytes"] == 0 and r["fits_a100"], r
     assert r["kv_async_copy"] and r["widest_global_load"] == 16 and r["widest_global_store"] == 16, r
+
+
+def test_the_merge_tile_holds_at_most_2048_floats(candidate_module):
+    mod = candidate_module
+    assert [mod._merge_dv_tile(n) for n in (1, 2, 3, 4, 8, 16, 32, 64)] == [128] * 6 + [64, 32]
+    assert mod._MERGE_NUM_WARPS == 1
+
+
+@pytest.mark.parametrize("splits", [2, 4, 16, 64])
+def test_the_merge_is_one_warp_without_shared_memory_on_sm80(tmp_path, no_lasting_stand_in, splits):
+    # a compile for sm_80 on the CPU as the wrapper launches the merge. The one-load merge as first swept (4 warps)
+    # summed the splits across warps: 1 KB of shared memory and 7 barriers, and it was slower than entry 0044's
+    # merge wherever a call had few splits and many programs. One warp keeps every split of a lane in its thread.
+    # Measured: 20 / 30 / 64 / 80 registers; at 64 splits (32 lanes) a 256-byte exchange and one barrier
+    from sm80_resources import resources
+
+    _, after = module_texts()
+    r = resources(tree_of(after, tmp_path / "after"), "merge", heads=64, block_n=0, num_warps=0, num_stages=0,
+                  splits=splits)  # fmt: skip
+    assert r["num_warps"] == 1 and r["spill_stack_bytes"] == 0 and r["registers"] <= 96, r
+    assert r["widest_global_load"] == 16, r
+    if splits <= 16:
+        assert r["shared_bytes"] == 0 and r["barriers"] == 0 and r["dv_tile"] == 128, r
+    else:
+        assert r["shared_bytes"] <= 256 and r["barriers"] <= 1 and r["dv_tile"] == 32, r
+
+
+def test_entry_0044s_merge_reads_4_bytes_a_thread_on_sm80(tmp_path, no_lasting_stand_in):
+    # the other side of the comparison: the 513-float rows and the loop over the splits, 2 warps
+    from sm80_resources import resources
+
+    before, _ = module_texts()
+    r = resources(tree_of(before, tmp_path / "before"), "merge", heads=64, block_n=0, num_warps=0, num_stages=0,
+                  splits=16)  # fmt: skip
+    assert r["num_warps"] == 2 and r["widest_global_load"] == 4 and r["barriers"] == 0, r
 
 
 @pytest.fixture(scope="module")
