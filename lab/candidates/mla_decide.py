@@ -34,6 +34,7 @@ rewritten), so the oracle and offset scripts run it without knowing of the sweep
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import re
@@ -50,6 +51,8 @@ TARGET_SHARE = 0.40  # of the HBM roofline at 32 rows and more
 GUARD = 0.95  # the least speed-up allowed at any shape
 TIE = 1.02  # geometric means within 2% of the best are a tie
 #: the candidate's present defaults, for breaking ties toward the smaller change
+#: the policy knobs, at the first candidate's values: what a decision falls back to without the candidate's tree
+#: (`module_defaults` reads a tree's own, which `main` uses whenever --tree is given)
 DEFAULTS = {"_MAX_BLOCK_H": 64, "_MAX_KV_SPLITS": 16, "_MIN_TOPK_PER_SPLIT": 128, "_SPLIT_MIN_FILL": 0.75}
 
 
@@ -140,16 +143,38 @@ def judge(fig: dict) -> dict:
     }
 
 
-def preference(attrs: dict) -> tuple:
+def module_defaults(tree: Path) -> dict:
+    """The policy knobs' values in `tree`'s kernel module (its top-level `NAME = literal` lines): a knob the sweep
+    leaves out keeps the candidate's own value, not DEFAULTS'. DecisionError when a knob is missing or not a
+    literal."""
+    if not (tree / KERNEL).is_file():
+        raise DecisionError(f"{tree / KERNEL}: no kernel module (--tree is the candidate's tree, as trees writes it)")
+    text = (tree / KERNEL).read_text()
+    out = {}
+    for name in DEFAULTS:
+        found = re.findall(rf"^{re.escape(name)} = ([^\n#]*)", text, re.M)
+        try:
+            if len(found) != 1:
+                raise ValueError(f"{len(found)} lines")
+            out[name] = ast.literal_eval(found[0].strip())
+        except (ValueError, SyntaxError) as exc:
+            raise DecisionError(f"{tree / KERNEL}: want one top-level `{name} = <literal>` line ({exc})") from exc
+    return out
+
+
+def preference(attrs: dict, defaults: dict = DEFAULTS) -> tuple:
     """Ties go to the fewest attributes changed from the defaults, then the fewest splits, then the most indices a
     split."""
-    full = {**DEFAULTS, **attrs}
-    changed = sum(full[k] != v for k, v in DEFAULTS.items())
+    full = {**defaults, **attrs}
+    changed = sum(full[k] != v for k, v in defaults.items())
     return (changed, full["_MAX_KV_SPLITS"], -full["_MIN_TOPK_PER_SPLIT"])
 
 
-def decide(doc: dict, before_tree: str | None = None, target_tree: str | None = None) -> dict:
-    """The decision: every policy judged, the winner (or None) and the verdict."""
+def decide(
+    doc: dict, before_tree: str | None = None, target_tree: str | None = None, defaults: dict = DEFAULTS
+) -> dict:
+    """The decision: every policy judged, the winner (or None) and the verdict; `defaults` are the knobs a policy
+    leaves out (the candidate module's, `module_defaults`)."""
     figures = policy_figures(doc, before_tree, target_tree)  # raises for a sweep without policies
     policies = doc["mla_policies"]
     judged = {label: {**judge(fig), **fig, "attrs": policies[label]} for label, fig in figures.items()}
@@ -161,7 +186,7 @@ def decide(doc: dict, before_tree: str | None = None, target_tree: str | None = 
                 "within 5% of it everywhere", "policies": judged}  # fmt: skip
     best = min(v["geomean_us"] for v in pool.values())
     tied = [k for k, v in pool.items() if v["geomean_us"] <= best * TIE]
-    winner = min(tied, key=lambda k: (preference(policies[k]), pool[k]["geomean_us"]))
+    winner = min(tied, key=lambda k: (preference(policies[k], defaults), pool[k]["geomean_us"]))
     w = pool[winner]
     launched = {f["launch"]["splits"] for f in w["shapes"].values()}
     verdict = (
@@ -175,7 +200,7 @@ def decide(doc: dict, before_tree: str | None = None, target_tree: str | None = 
         verdict += f"; not run (the sweep was cut short?): {'; '.join(not_run)}"
     return {
         "winner": winner,
-        "attrs": {**DEFAULTS, **policies[winner]},
+        "attrs": {**defaults, **policies[winner]},
         "verdict": verdict,
         "check_splits": sorted({1, *launched}),
         "policies": judged,
@@ -230,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     if (args.tree is None) != (args.write is None):
         ap.error("--tree and --write go together")
     try:
-        decision = decide(json.loads(args.sweep.read_text()), args.before, args.target_base)
+        defaults = DEFAULTS if args.tree is None else module_defaults(args.tree)
+        decision = decide(json.loads(args.sweep.read_text()), args.before, args.target_base, defaults)
         if decision["winner"] is not None and args.write is not None:
             decision["tree"] = str(winner_tree(args.tree, args.write, decision["attrs"]))
     except DecisionError as exc:

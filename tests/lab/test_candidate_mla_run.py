@@ -168,8 +168,11 @@ def test_no_sound_policy_means_no_winner_and_no_tree(tmp_path):
     src = tmp_path / "sweep.json"
     src.write_text(json.dumps(doc))
     out = tmp_path / "d.json"
-    rc = md.main([str(src), "--tree", str(tmp_path / "mla"), "--write", str(tmp_path / "win"), "--out", str(out)])
-    assert rc == 0 and json.loads(out.read_text())["winner"] is None and not (tmp_path / "win").exists()
+    args = [str(src), "--tree", str(tmp_path / "mla"), "--write", str(tmp_path / "win"), "--out", str(out)]
+    # no tree there yet: refused, naming the module it wanted, nothing written
+    assert md.main(args) == 1 and not out.exists()
+    cp.write_tree(tmp_path / "mla", KERNEL, cp.images(PATCH)[2])
+    assert md.main(args) == 0 and json.loads(out.read_text())["winner"] is None and not (tmp_path / "win").exists()
     assert json.loads(out.read_text())["verdict"].startswith("no entry")
 
 
@@ -199,6 +202,31 @@ def test_the_winners_tree_has_its_policy_as_the_defaults(tmp_path):
     assert text.count("\n") == after.count("\n") and (tmp_path / "mla" / KERNEL).read_text() == after
     with pytest.raises(md.DecisionError, match="want one top-level `_NO_SUCH = ...` line"):
         md.winner_tree(tmp_path / "mla", tmp_path / "win2", {"_NO_SUCH": 1})
+
+
+def test_a_knob_the_sweep_leaves_out_keeps_the_candidates_own_value(tmp_path):
+    # the candidate on top of entry 0044 holds 16 heads a program and fill 1.5; a sweep of the split counts alone
+    # must not write the first candidate's 64 heads and 0.75 into the winner's tree
+    _, _, after = cp.images(REPO / "lab" / "candidates" / "perf-sparse-mla-merge-one-load.patch")
+    cp.write_tree(tmp_path / "mla", KERNEL, after)
+    own = md.module_defaults(tmp_path / "mla")
+    assert own == {"_MAX_BLOCK_H": 16, "_MAX_KV_SPLITS": 16, "_MIN_TOPK_PER_SPLIT": 128, "_SPLIT_MIN_FILL": 1.5}
+    doc = sweep({"kv32": ({"_MAX_KV_SPLITS": 32}, 2.0, _fast(4.0, 32))})
+    d = md.decide(doc, defaults=own)
+    assert d["winner"] == "kv32" and d["attrs"] == {**own, "_MAX_KV_SPLITS": 32}
+    assert md.decide(doc)["attrs"]["_MAX_BLOCK_H"] == 64  # what the fallback would have written
+    # main reads the tree's own values whenever --tree is given
+    sweep_file = tmp_path / "sweep.json"
+    sweep_file.write_text(json.dumps(doc))
+    out = tmp_path / "d.json"
+    assert md.main([str(sweep_file), "--tree", str(tmp_path / "mla"), "--write", str(tmp_path / "win"),
+                    "--out", str(out)]) == 0  # fmt: skip
+    text = (tmp_path / "win" / KERNEL).read_text()
+    assert "\n_MAX_BLOCK_H = 16\n" in text and "\n_SPLIT_MIN_FILL = 1.5\n" in text and "\n_MAX_KV_SPLITS = 32\n" in text
+    # a tree without one of the knobs is refused, naming it
+    (tmp_path / "mla" / KERNEL).write_text(after.replace("\n_SPLIT_MIN_FILL = ", "\n_FILL = "))
+    with pytest.raises(md.DecisionError, match="_SPLIT_MIN_FILL = <literal>"):
+        md.module_defaults(tmp_path / "mla")
 
 
 def test_with_three_trees_the_guard_is_the_entry_and_the_target_the_prs_kernel():
