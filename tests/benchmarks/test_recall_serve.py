@@ -258,9 +258,10 @@ def test_every_context_is_measured_at_every_batch_in_one_server(model_dir):
     assert sorted({len(p) for p in prompts}) == [128, 192, 256]
 
 
-def _measured_by_stub(plan):
-    """(the stub that served it, the rows) of `plan` measured against a fresh stub server."""
-    stub = serve_stub.Stub(ttft=0.01, itl=0.01)
+def _measured_by_stub(plan, stub=None):
+    """(the stub that served it, the rows) of `plan` measured against a fresh stub server (`stub`'s settings, by
+    default 10 ms to the first token and between tokens)."""
+    stub = stub or serve_stub.Stub(ttft=0.01, itl=0.01)
     server = serve_stub.start(stub)
     try:
         return stub, rs.measure(plan, server.server_address[1])
@@ -316,12 +317,7 @@ def test_a_stalled_cached_pass_does_not_set_the_rate(model_dir):
     # the stub counts plain 1-token requests only: the untimed pair's is the first (no stall), the first two timed
     # ones stall 0.5 s, and the third too (a median of the five would be a stalled one); the fastest sets t(1)
     stub = serve_stub.Stub(ttft=0.02, itl=0.02, one_token_stalls=[0.0, 0.5, 0.5, 0.5])
-    server = serve_stub.start(stub)
-    try:
-        rows = rs.measure(rs.Plan(str(model_dir), [1], contexts=[128], tokens=4, reuse_prompts=True),
-                          server.server_address[1])  # fmt: skip
-    finally:
-        server.shutdown()
+    _, rows = _measured_by_stub(rs.Plan(str(model_dir), [1], contexts=[128], tokens=4, reuse_prompts=True), stub)
     cached = rows[1]
     assert sorted(cached["t_one_samples_s"])[-3] >= 0.5 and cached["t_one_s"] < 0.1
     assert cached["t_all_s"] > cached["t_one_s"] and cached["per_request_tok_s"] > 3 / 0.5
@@ -331,12 +327,7 @@ def test_the_cached_prompts_streamed_give_the_decode_rate_and_a_stalled_pass_doe
     # streamed requests in order: the fresh streamed pass (0), then the five streamed cached passes (1-5), of which
     # the first two stall 0.1 s at every gap; the stub's own gap is 0.02 s, so the rate is about 50 tok/s
     stub = serve_stub.Stub(ttft=0.02, itl=0.02, stream_stalls=[0.0, 0.1, 0.1])
-    server = serve_stub.start(stub)
-    try:
-        rows = rs.measure(rs.Plan(str(model_dir), [1], contexts=[128], tokens=6, reuse_prompts=True),
-                          server.server_address[1])  # fmt: skip
-    finally:
-        server.shutdown()
+    _, rows = _measured_by_stub(rs.Plan(str(model_dir), [1], contexts=[128], tokens=6, reuse_prompts=True), stub)
     cached = rows[1]
     samples = cached["stream_cached_samples_tok_s"]
     assert len(samples) == 5 and samples[0] < 10 and samples[1] < 10
@@ -354,12 +345,8 @@ def test_a_wrong_token_in_a_streamed_cached_pass_marks_the_row(model_dir, monkey
         lambda self, body: [t + 1 for t in real(self, body)] if body.get("stream") and self.stream_requests > 1
         else real(self, body),
     )  # fmt: skip
-    server = serve_stub.start(stub)
-    try:
-        rows = rs.measure(rs.Plan(str(model_dir), [1], contexts=[128], tokens=4, reuse_prompts=True, pair_repeats=2),
-                          server.server_address[1])  # fmt: skip
-    finally:
-        server.shutdown()
+    plan = rs.Plan(str(model_dir), [1], contexts=[128], tokens=4, reuse_prompts=True, pair_repeats=2)
+    _, rows = _measured_by_stub(plan, stub)
     assert rows[0]["as_predicted"] and not rows[1]["as_predicted"]
 
 
