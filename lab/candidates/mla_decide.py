@@ -50,7 +50,6 @@ TARGET_SPEEDUP = 3.0  # at 1 row
 TARGET_SHARE = 0.40  # of the HBM roofline at 32 rows and more
 GUARD = 0.95  # the least speed-up allowed at any shape
 TIE = 1.02  # geometric means within 2% of the best are a tie
-#: the candidate's present defaults, for breaking ties toward the smaller change
 #: the policy knobs, at the first candidate's values: what a decision falls back to without the candidate's tree
 #: (`module_defaults` reads a tree's own, which `main` uses whenever --tree is given)
 DEFAULTS = {"_MAX_BLOCK_H": 64, "_MAX_KV_SPLITS": 16, "_MIN_TOPK_PER_SPLIT": 128, "_SPLIT_MIN_FILL": 0.75}

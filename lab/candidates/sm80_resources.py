@@ -107,8 +107,8 @@ def _constants(mod, fn, heads: int, block_n: int, splits: int) -> dict:
     return {k: v for k, v in c.items() if k in fn.arg_names}
 
 
-def merge_launch(mod, splits: int) -> dict:
-    """The merge's constexprs and warps at `splits` splits, as the tree's wrapper passes them."""
+def merge_launch(mod, splits: int, heads: int) -> dict:
+    """The merge's constexprs and warps at `splits` splits of `heads` heads, as the tree's wrapper passes them."""
     import triton
 
     tile = mod._merge_dv_tile(splits) if hasattr(mod, "_merge_dv_tile") else getattr(mod, "_MERGE_BLOCK_DV_TILE", 128)
@@ -118,7 +118,7 @@ def merge_launch(mod, splits: int) -> dict:
         "BLOCK_H": getattr(mod, "_MERGE_BLOCK_H", 1),
         "BLOCK_DV": 512,
         "BLOCK_DV_TILE": tile,
-        "kv_group_num": 64,
+        "kv_group_num": heads,
     }
     return {"constants": consts, "num_warps": getattr(mod, "_MERGE_NUM_WARPS", 2)}
 
@@ -139,7 +139,7 @@ def resources(
     fn = mod._sparse_mla_merge_kernel if kernel == "merge" else getattr(mod, f"_sparse_mla_kernel_{kernel}").fn
     sig, attrs = _signature(fn, _int_arguments(heads, splits, mid_row=getattr(mod, "_MID_ROW", 512 + 1)))
     if kernel == "merge":
-        launch = merge_launch(mod, splits)
+        launch = merge_launch(mod, splits, heads)
         consts = {k: v for k, v in launch["constants"].items() if k in fn.arg_names}
         num_warps, num_stages, block_n = launch["num_warps"], 1, 0
     else:

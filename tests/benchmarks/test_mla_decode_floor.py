@@ -7,7 +7,6 @@ catch this, so the kernels' bytecode is walked here instead.
 
 from __future__ import annotations
 
-import builtins
 import dis
 import sys
 import types
@@ -32,16 +31,13 @@ def _allowed(value) -> bool:
 
 
 def _outside_names(fn):
-    """(name, value) for every global and closure variable the function's code reads."""
+    """(name, value) for every module global and closure variable the function's code reads (builtins such as
+    `range`, which Triton accepts, are not module globals)."""
     code = fn.__code__
     closure = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__ or ()), strict=True))
     for ins in dis.get_instructions(code):
-        if ins.opname == "LOAD_GLOBAL":
-            name = ins.argval
-            if name in fn.__globals__:
-                yield name, fn.__globals__[name]
-            else:
-                yield name, getattr(builtins, name, None)
+        if ins.opname == "LOAD_GLOBAL" and ins.argval in fn.__globals__:
+            yield ins.argval, fn.__globals__[ins.argval]
         elif ins.opname == "LOAD_DEREF" and ins.argval in closure:
             yield ins.argval, closure[ins.argval]
 
