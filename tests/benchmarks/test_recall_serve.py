@@ -333,6 +333,11 @@ def test_the_cached_prompts_streamed_give_the_decode_rate_and_a_stalled_pass_doe
     assert len(samples) == 5 and samples[0] < 10 and samples[1] < 10
     assert cached["stream_cached_tok_s"] == max(samples) and 30 < cached["stream_cached_tok_s"] <= 50
     assert 19 <= cached["stream_cached_itl_ms"]["p50"] < 35
+    # the median-gap rate: one token a chunk over each pass's median gap, the median of the five passes (the two
+    # stalled ones are the two slowest, so the middle sample is an unstalled pass's)
+    gaps = cached["stream_cached_gap_samples_tok_s"]
+    assert len(gaps) == 5 and gaps == sorted(gaps) and gaps[0] < 10 and gaps[1] < 10
+    assert cached["stream_cached_gap_tok_s"] == gaps[2] and 28 < gaps[2] <= 52
     assert cached["as_predicted"]
 
 
@@ -519,10 +524,10 @@ def test_table_puts_a_configurations_paths_together():
              "ttft_ms": {"mean": 812.5}, "prefill_tok_s": 10082.1, "kv_bytes_per_token": 10528.0},
             {**base, "per_request_tok_s": 30.1, "aggregate_tok_s": 30.1},  # an offline result from before `path`
             {**base, "path": "serve", "per_request_tok_s": 29.5, "aggregate_tok_s": 29.5, "decode_share": 0.0412,
-             "stream_cached_tok_s": 31.2},
+             "stream_cached_tok_s": 31.2, "stream_cached_gap_tok_s": 30.4},
         ]
     ).splitlines()  # fmt: skip
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| offline", "| serve", "| serve-stream"]
-    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | - | - | yes |")
-    assert rows[3].endswith("| 29.5 | 29.5 | 0.04 | 31.2 | - | - | - | yes |")
-    assert rows[4].endswith("| 29.0 | 29.0 | - | - | 812.5 | 10082.1 | 10,528 | yes |")
+    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | - | - | - | yes |")
+    assert rows[3].endswith("| 29.5 | 29.5 | 0.04 | 31.2 | 30.4 | - | - | - | yes |")
+    assert rows[4].endswith("| 29.0 | 29.0 | - | - | - | 812.5 | 10082.1 | 10,528 | yes |")

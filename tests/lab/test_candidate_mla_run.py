@@ -205,9 +205,9 @@ def test_the_winners_tree_has_its_policy_as_the_defaults(tmp_path):
 
 
 def test_a_knob_the_sweep_leaves_out_keeps_the_candidates_own_value(tmp_path):
-    # the candidate on top of entry 0044 holds 16 heads a program and fill 1.5; a sweep of the split counts alone
-    # must not write the first candidate's 64 heads and 0.75 into the winner's tree
-    _, _, after = cp.images(REPO / "lab" / "candidates" / "perf-sparse-mla-merge-one-load.patch")
+    # entry 0045 (swept as a candidate on top of entry 0044) holds 16 heads a program and fill 1.5; a sweep of the
+    # split counts alone must not write the first candidate's 64 heads and 0.75 into the winner's tree
+    _, _, after = cp.images(REPO / "series" / "patches" / "0045-perf-triton-mla-sparse-merge-one-warp.patch")
     cp.write_tree(tmp_path / "mla", KERNEL, after)
     own = md.module_defaults(tmp_path / "mla")
     assert own == {"_MAX_BLOCK_H": 16, "_MAX_KV_SPLITS": 16, "_MIN_TOPK_PER_SPLIT": 128, "_SPLIT_MIN_FILL": 1.5}

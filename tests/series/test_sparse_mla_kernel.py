@@ -29,7 +29,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from release_trees import composed_tree
 from sparse_mla_checks import assert_as_close_as, assert_padding_rows, assert_paths_match_oracle, reference
 
 torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .ci/run)")
@@ -232,11 +231,15 @@ def test_the_shifted_indices_fail_at_64_splits(many_splits):
     assert not bad.passed and bad.min_cosine < 0.5, bad
 
 
-def test_the_composed_v0_26_0_module_is_the_entrys_post_image():
-    # with VLLM_COMPOSE_TEST_TREES only (CI has no composed tree): what the compose writes is the kernel tested here
-    tree = composed_tree("v0.26.0", SPARSE_FILE)
+def test_the_next_entry_patches_this_entrys_module():
+    # entry 0045 (perf-triton-mla-sparse-merge-one-warp) rewrites the file after this entry, so the compose writes
+    # its post-image (tests/series/test_sparse_mla_merge_kernel.py checks the composed tree); its pre-image is the
+    # module tested here
+    nxt = next(e for e in load_series(REPO / "series").entries if e.id == "perf-triton-mla-sparse-merge-one-warp")
+    assert ENTRY in nxt.requires
     _, after = module_texts()
-    assert (tree / SPARSE_FILE).read_text() == after
+    path, before_next, _ = candidate_patch.images(nxt.file)
+    assert path == SPARSE_FILE and before_next == after
 
 
 #: benchmarks/dsa_kernels.py's sparse-MLA section on the composed kernel and the entry's, in the interpreter at a

@@ -1,13 +1,13 @@
-"""The sparse-MLA candidate `lab/candidates/perf-sparse-mla-merge-one-load.patch` (on top of series entry 0044): the
-split-KV merge reads every split at once in one warp, the partial rows are 528 floats (16-byte accesses), and
-16-head programs may tile 64 indices. Run in Triton's interpreter on a CPU against `vllm_compose.proof.dsa_oracle` and against entry
-0044's kernel, which is the patch's pre-image (its one hunk spans the file).
+"""Series entry perf-triton-mla-sparse-merge-one-warp (0045, on top of entry 0044): the split-KV merge reads every
+split at once in one warp, the partial rows are 528 floats (16-byte accesses), and 16-head programs may tile 64
+indices. Run in Triton's interpreter on a CPU against `vllm_compose.proof.dsa_oracle` and against entry 0044's
+kernel, which is the entry's pre-image (its one hunk spans the file).
 
-The interpreter runs each autotuner's first config: BLOCK_N 32 at 4 warps, as the candidate's module lists them, and
+The interpreter runs each autotuner's first config: BLOCK_N 32 at 4 warps, as the entry's module lists them, and
 again with the 64-index tile first (`tile64`), so both tiles a 16-head program can tune to are run. `--sparse-heads`
 holds 1, 2, 3 and 4 splits and the wrapper's choice (3 is not a power of two: the merge's split tile is 4 with one
 masked); `--sparse-many-splits` the real top-k in 64 splits (the merge's widest tile). Interpreter times say nothing
-about GPU speed: `lab/candidates/mla_gpu_run.sh` with `BASE_PATCH` times it beside entry 0044 and PR #38476's kernel.
+about GPU speed: the entry's GPU times are in its `why` (series/series.toml) and docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ import pytest
 torch = pytest.importorskip("torch", reason="the kernel checks need torch (see .ci/run)")
 pytest.importorskip("triton", reason="the kernel checks need triton (see .ci/run)")
 
+from release_trees import composed_tree  # noqa: E402
 from sparse_mla_checks import assert_as_close_as, assert_padding_rows, assert_paths_match_oracle, reference  # noqa: E402
 
 from vllm_compose.proof import dsa_oracle as o  # noqa: E402
+from vllm_compose.series import load_series  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "lab" / "candidates"))
 import candidate_patch  # noqa: E402
 
-PATCH = REPO / "lab" / "candidates" / "perf-sparse-mla-merge-one-load.patch"
-ENTRY_0044 = REPO / "series" / "patches" / "0044-perf-triton-mla-sparse-one-gather-tile.patch"
+ENTRY = "perf-triton-mla-sparse-merge-one-warp"
+ENTRY_0044 = "perf-triton-mla-sparse-one-gather-tile"
 SPARSE_FILE = "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
 HEADS = (8, 20, 64)
 PATHS = ("splits_1", "splits_2", "splits_3", "splits_4", "splits_auto")
@@ -38,16 +40,20 @@ NARROW = '"narrow": ((32, 4, 5), (32, 4, 3), (32, 4, 2), (64, 4, 2), (64, 8, 2),
 NARROW_TILE64_FIRST = '"narrow": ((64, 8, 2), (32, 4, 5), (32, 4, 3), (32, 4, 2), (64, 4, 2), (64, 8, 3)),'
 
 
+def entry_patch(entry_id: str) -> Path:
+    return next(e for e in load_series(REPO / "series").entries if e.id == entry_id).file
+
+
 def module_texts() -> tuple[str, str]:
-    path, before, after = candidate_patch.images(PATCH)
+    path, before, after = candidate_patch.images(entry_patch(ENTRY))
     assert path == SPARSE_FILE
     # the pre-image is entry 0044's module, as the compose writes it
-    assert before == candidate_patch.images(ENTRY_0044)[2]
+    assert before == candidate_patch.images(entry_patch(ENTRY_0044))[2]
     return before, after
 
 
 def tile64(text: str) -> str:
-    """The candidate with the 64-index tile (8 warps, 2 stages) first among a 16-head program's configs, and first
+    """The entry's module with the 64-index tile (8 warps, 2 stages) first among a 16-head program's configs, and first
     in the autotuner's list, so that the interpreter (first config only) runs it."""
     assert text.count(NARROW) == 1
     return text.replace(NARROW, NARROW_TILE64_FIRST)
@@ -109,15 +115,15 @@ def test_shifted_indices_fail(runs, tree, heads):
 
 
 @pytest.fixture
-def candidate_module(tmp_path, no_lasting_stand_in):
+def entry_module(tmp_path, no_lasting_stand_in):
     from kernel_offsets import install_vllm_shim
 
     _, after = module_texts()
     return install_vllm_shim(tree_of(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
 
 
-def test_partial_rows_are_16_floats_aligned_and_the_tiles_are_pruned_by_heads_a_program(candidate_module):
-    mod = candidate_module
+def test_partial_rows_are_16_floats_aligned_and_the_tiles_are_pruned_by_heads_a_program(entry_module):
+    mod = entry_module
     assert mod._MID_ROW == 528 and mod._MID_ROW % 16 == 0
     configs = mod._sparse_mla_kernel_split.configs
     key = lambda c: (c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)  # noqa: E731
@@ -146,8 +152,15 @@ def test_the_split_kernel_stores_16_bytes_a_thread_on_sm80(tmp_path, no_lasting_
     assert r["kv_async_copy"] and r["widest_global_load"] == 16 and r["widest_global_store"] == 16, r
 
 
-def test_the_merge_tile_holds_at_most_2048_floats(candidate_module):
-    mod = candidate_module
+def test_the_composed_v0_26_0_module_is_the_entrys_post_image():
+    # with VLLM_COMPOSE_TEST_TREES only (CI has no composed tree): what the compose writes is the kernel tested here
+    tree = composed_tree("v0.26.0", SPARSE_FILE)
+    _, after = module_texts()
+    assert (tree / SPARSE_FILE).read_text() == after
+
+
+def test_the_merge_tile_holds_at_most_2048_floats(entry_module):
+    mod = entry_module
     assert [mod._merge_dv_tile(n) for n in (1, 2, 3, 4, 8, 16, 32, 64)] == [128] * 6 + [64, 32]
     assert mod._MERGE_NUM_WARPS == 1
 
