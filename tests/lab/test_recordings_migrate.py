@@ -177,3 +177,47 @@ def test_migrate_script_refuses_a_tree_without_vllm(tmp_path, capsys):
     args = ["--tree", str(tmp_path), "--recording", str(path), "--because", "x", "--kernel", "a:b"]
     assert migrate.main(args) == 2
     assert "holds no vllm/ folder" in capsys.readouterr().err
+
+
+def test_migrate_script_where_carries_only_the_matching_records_and_num_warps_replaces_the_warps(tmp_path, tree):
+    # two stale records of the same kernel, BLOCK 128 and 64: the new constexpr depends on BLOCK (as 0045's
+    # BLOCK_SPLITS depends on NUM_KV_SPLITS), so each value gets a run of its own
+    migrate = _migrate_module()
+    path = tmp_path / "rec.json"
+    small = _old_record()
+    small["specialization"] = {**small["specialization"], "constant_vals": [64]}
+    path.write_text(json.dumps({"schema": 1, "runs": ["r1"], "kernels": [_old_record(), small]}, indent=1))
+    args = ["--tree", str(tree), "--kernel", "vllm.ops.kern:scaled_kernel", "--recording", str(path), "--because", "x"]
+    assert migrate.main([*args, "--where", "BLOCK=64", "--set", "UNROLL=4", "--num-warps", "1"]) == 0
+    big, done = json.loads(path.read_text())["kernels"]
+    assert "migrated" not in big and big == _old_record()
+    assert done["migrated"]["where"] == {"BLOCK": 64} and done["migrated"]["recorded_num_warps"] == 4
+    assert done["specialization"]["options"]["num_warps"] == 1 and done["specialization"]["constant_vals"] == [64, 4]
+    assert migrate.main([*args, "--where", "BLOCK=128", "--set", "UNROLL=2"]) == 0
+    data = json.loads(path.read_text())
+    big, again = data["kernels"]
+    assert big["specialization"]["constant_vals"] == [128, 2] and big["specialization"]["options"]["num_warps"] == 4
+    assert again == done
+    assert [m.get("where") for m in data["migrations"]] == [{"BLOCK": 64}, {"BLOCK": 128}]
+    assert data["migrations"][0]["num_warps"] == 1 and "num_warps" not in data["migrations"][1]
+    before = path.read_bytes()
+    assert migrate.main([*args, "--where", "BLOCK=32", "--set", "UNROLL=2"]) == 0  # none left to match
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--where", "BLOCK"], "--where 'BLOCK' is not NAME=VALUE"),
+        (["--where", "NOPE=1"], "--where NOPE: the records' constexprs are ['BLOCK']"),
+        (["--num-warps", "3"], "--num-warps 3: a power of two"),
+    ],
+)
+def test_migrate_script_bad_where_or_warps_exits_2_and_writes_nothing(tmp_path, tree, capsys, extra, message):
+    migrate = _migrate_module()
+    path = _recording(tmp_path)
+    before = path.read_bytes()
+    args = ["--tree", str(tree), "--kernel", "vllm.ops.kern:scaled_kernel", "--recording", str(path), "--because", "x"]
+    assert migrate.main([*args, "--set", "UNROLL=2", *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert path.read_bytes() == before
