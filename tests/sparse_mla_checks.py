@@ -1,7 +1,7 @@
 """The checks the sparse-MLA kernel tests share (tests/series/test_sparse_mla_kernel.py, entry 0044;
-tests/lab/test_candidate_merge_one_load.py, the candidate on top of it), each over one `--sparse-heads` case of
-tests/dsa_kernels_interpreted.py: every path against `dsa_oracle`, the padding rows exactly, and the largest error
-against the kernel a change replaces."""
+tests/series/test_sparse_mla_merge_kernel.py, entry 0045 on top of it), each over one `--sparse-heads` case of
+tests/dsa_kernels_interpreted.py: every path against `dsa_oracle`, the padding rows exactly, the largest error
+against the kernel a change replaces, and the planted index shift failing."""
 
 from __future__ import annotations
 
@@ -48,3 +48,10 @@ def assert_as_close_as(new: dict, old: dict, paths) -> None:
         err_old = o.compare_attention(got_old, want).max_abs_error
         assert err_new <= err_old + 2**-8, (path, err_new, err_old)
         assert float((got_new.float() - got_old.float()).abs().max()) <= 2**-6, path
+
+
+def assert_shifted_indices_fail(case: dict) -> None:
+    """The planted fault (every index one slot on) fails the oracle by far: mean cosine under 0.5 (measured
+    0.31-0.42)."""
+    bad = o.compare_attention(case["outputs"]["faulty"], reference(case))
+    assert not bad.passed and bad.mean_cosine < 0.5, bad
