@@ -33,12 +33,12 @@ class MigrateError(Exception):
     """A migration that cannot be made; nothing was written."""
 
 
-def parse_value(text: str):
+def parse_value(text: str, option: str = "--set"):
     """`--set` values are Python literals (2, True, 'fp32'); anything else is an error, not a string."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError) as exc:
-        raise MigrateError(f"--set value {text!r} is not a Python literal (e.g. 2, True, 'x')") from exc
+        raise MigrateError(f"{option} value {text!r} is not a Python literal (e.g. 2, True, 'x')") from exc
 
 
 def recorded_constant(spec: dict, name: str):
@@ -57,7 +57,7 @@ def parse_pairs(option: str, items: list[str]) -> dict:
         name, sep, text = item.partition("=")
         if not sep or not name:
             raise MigrateError(f"{option} {item!r} is not NAME=VALUE")
-        out[name] = parse_value(text)
+        out[name] = parse_value(text, option)
     return out
 
 
