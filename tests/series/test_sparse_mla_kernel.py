@@ -55,7 +55,7 @@ TREES = ("after", "after64")
 
 
 def entry_patch() -> Path:
-    return next(e for e in load_series(REPO / "series").entries if e.id == ENTRY).file
+    return load_series(REPO / "series").entry(ENTRY).file
 
 
 def module_texts() -> tuple[str, str]:
@@ -239,7 +239,7 @@ def test_the_next_entry_patches_this_entrys_module():
     # entry 0045 (perf-triton-mla-sparse-merge-one-warp) rewrites the file after this entry, so the compose writes
     # its post-image (tests/series/test_sparse_mla_merge_kernel.py checks the composed tree); its pre-image is the
     # module tested here
-    nxt = next(e for e in load_series(REPO / "series").entries if e.id == "perf-triton-mla-sparse-merge-one-warp")
+    nxt = load_series(REPO / "series").entry("perf-triton-mla-sparse-merge-one-warp")
     assert ENTRY in nxt.requires
     _, after = module_texts()
     path, before_next, _ = candidate_patch.images(nxt.file)

@@ -47,7 +47,7 @@ NARROW_TILE64_FIRST = '"narrow": ((64, 8, 2), (32, 4, 5), (32, 4, 3), (32, 4, 2)
 
 
 def entry_patch(entry_id: str) -> Path:
-    return next(e for e in load_series(REPO / "series").entries if e.id == entry_id).file
+    return load_series(REPO / "series").entry(entry_id).file
 
 
 def module_texts() -> tuple[str, str]:
