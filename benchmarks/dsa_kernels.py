@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import inspect
 import itertools
 import json
 import math
@@ -154,6 +155,8 @@ def main() -> int:
     ap.add_argument("--mla-max-splits", default="", help="e.g. 16,32,64: the most splits the split policy picks")
     ap.add_argument("--mla-min-split", default="", help="e.g. 32,64,128: the least top-k indices a split")
     ap.add_argument("--mla-split-fill", default="", help="e.g. 0.75,1.5: the share of the SMs a grid must cover")
+    ap.add_argument("--mla-wide-block-h", default="", help="e.g. 32,64: heads a program once a call is wide")
+    ap.add_argument("--mla-wide-from", default="", help="e.g. 1024,2048: the query rows x heads a call is wide from")
     ap.add_argument(
         "--mla-fixed-tree",
         action="append",
@@ -329,6 +332,8 @@ MLA_KNOBS = (
     ("mla_max_splits", "_MAX_KV_SPLITS", "kv", int),
     ("mla_min_split", "_MIN_TOPK_PER_SPLIT", "min", int),
     ("mla_split_fill", "_SPLIT_MIN_FILL", "fill", float),
+    ("mla_wide_block_h", "_WIDE_BLOCK_H", "wide", int),
+    ("mla_wide_from", "_WIDE_MIN_TOKEN_HEADS", "from", int),
 )
 #: the fp32 row of the split kernel's partial output: 512 lanes and the log-sum-exp
 MLA_MID_ROW = MLA_V_DIM + 1
@@ -364,10 +369,12 @@ def mla_policies(options: dict[str, str]) -> dict[str, dict[str, float]]:
 
 def mla_launch(mod, rows: int, heads: int, topk: int, sm_count: int) -> dict:
     """What `mod.triton_mla_sparse_attention` launches for `rows` x `heads` at `sm_count` SMs, by its own rules:
-    heads a program (`_block_h`, the candidate; PR #38476's kernel holds `_BLOCK_H` = 16), head groups, split
-    count (`_choose_num_kv_splits`, which the candidate reads its policy's attributes in) and programs."""
+    heads a program (`_block_h`, the candidate, given the rows where it takes them; PR #38476's kernel holds
+    `_BLOCK_H` = 16), head groups, split count (`_choose_num_kv_splits`, which the candidate reads its policy's
+    attributes in) and programs."""
     if hasattr(mod, "_block_h"):
-        block_h = mod._block_h(heads)
+        takes_rows = len(inspect.signature(mod._block_h).parameters) > 1
+        block_h = mod._block_h(heads, rows) if takes_rows else mod._block_h(heads)
         groups = -(-heads // block_h)
     else:  # PR #38476's: a 16-row tile, of which min(16, heads) heads
         block_h = mod._BLOCK_H

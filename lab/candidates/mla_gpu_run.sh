@@ -10,7 +10,9 @@
 #            kernel before the series' entries (v0260, BASE_PATCH's pre-image) and the entry PATCH changes (prev, at
 #            its own defaults: --mla-fixed-tree), both timed beside the candidate
 #   sweep    benchmarks/dsa_kernels.py, both kernels on the same inputs, sm_80 PTX: heads a program x most splits x
-#            least indices a split x SM fill (MLA_BH, MLA_SPLITS, MLA_MIN_SPLIT, MLA_FILL: comma lists), at 1/8/32/64 rows of GLM-5 TP1, DeepSeek-V3.2 TP1 and their TP8 shapes
+#            least indices a split x SM fill (MLA_BH, MLA_SPLITS, MLA_MIN_SPLIT, MLA_FILL: comma lists; with a candidate
+#            that has them, MLA_WIDE and MLA_WIDE_FROM: heads a program once rows x heads reach MLA_WIDE_FROM), at
+#            1/8/32/64 rows of GLM-5 TP1, DeepSeek-V3.2 TP1 and their TP8 shapes
 #   decide   lab/candidates/mla_decide.py: the rule; writes the winner's tree (win) and the split counts to check
 #   oracle   lab/device/oracle_kernels.py on the winner and on the kernel before (same inputs): 8 tokens x 64 and
 #            x 128 heads, top-k 2048, at 1, every split count the winner launched and its own choice; the fault
@@ -64,6 +66,7 @@ fi
 run sweep 320 python3 benchmarks/dsa_kernels.py "${TREES[@]}" --mla-only --sm80-ptx \
   --mla-max-block-h "${MLA_BH:-16,32,64}" --mla-max-splits "${MLA_SPLITS:-16,32,64}" \
   --mla-min-split "${MLA_MIN_SPLIT:-32,64,128}" --mla-split-fill "${MLA_FILL:-0.75,1.5}" \
+  --mla-wide-block-h "${MLA_WIDE:-}" --mla-wide-from "${MLA_WIDE_FROM:-}" \
   --out "$OUT/mla_sweep_sm80.json"
 
 if [ "${FLOOR:-0}" = 1 ]; then
