@@ -47,9 +47,9 @@ def test_table_orders_rows_and_marks_wrong_tokens():
             _result(batch=8, as_predicted=False, aggregate_tok_s=200.0),
         ]
     ).splitlines()
-    assert rows[2] == "| offline | eager | 0 | 1.00 | - | 1 | 8,192 | 30.1 | 30.1 | - | - | - | - | - | - | yes |"
-    assert rows[3] == "| offline | eager | 1 | 0.80 | 0.79 | 1 | 8,192 | 41.0 | 41.0 | - | - | - | - | - | - | yes |"
-    assert rows[4].endswith("| 200.0 | - | - | - | - | - | - | NO |")
+    assert rows[2] == "| offline | eager | 0 | 1.00 | - | 1 | 8,192 | 30.1 | 30.1 | - | - | - | - | - | - | - | yes |"
+    assert rows[3] == "| offline | eager | 1 | 0.80 | 0.79 | 1 | 8,192 | 41.0 | 41.0 | - | - | - | - | - | - | - | yes |"
+    assert rows[4].endswith("| 200.0 | - | - | - | - | - | - | - | NO |")
 
 
 def test_table_command_reads_result_files(tmp_path, capsys):

@@ -124,10 +124,39 @@ def test_stream_arithmetic():
     assert s["tokens_per_chunk"] == 2.0
     assert s["prefill_tok_s"] == 20000.0  # 14,000 prompt tokens, the last first token at 0.7 s
     assert s["first_gap_ms"] == {"mean": pytest.approx(100.0), "max": pytest.approx(100.0)}
+    # both decode in (0.7, 0.8]: 2 tokens each in 0.1 s
+    assert s["all_decoding_tok_s"] == pytest.approx(20.0) and s["all_decoding_window_ms"] == pytest.approx(100.0)
     # a long wait after the first token is the first gap's, apart from the steady gaps after it
     c = rs.Completion(sent=0.0, done=1.0, token_ids=[0] * 7, chunks=[(0.5, 1), (0.56, 2), (0.57, 2), (0.58, 2)])
     s = rs.stream_stats(0.0, [c], prompt_tokens=100)
     assert s["first_gap_ms"]["max"] == pytest.approx(60.0) and s["itl_ms"]["p50"] == pytest.approx(10.0)
+
+
+def test_the_all_decoding_rate_is_the_batchs_speed_where_the_other_two_are_not():
+    # request a starts 0.3 s early and decodes alone at 1 token / 10 ms, then beside b at 1 token / 20 ms; the server
+    # sends two 20 ms steps in one chunk now and then. While both decode the batch makes 50 tok/s a request
+    alone = [(0.2 + 0.01 * i, 1) for i in range(31)]  # 0.20 .. 0.50
+    together = [0.52, 0.54, 0.58, 0.60, 0.62, 0.66, 0.68, 0.70, 0.74, 0.76, 0.78]
+    steps = lambda times, first: [(first, 1)] + [(t, 2 if round((t - first) * 100) % 4 == 2 and t > 0.56 else 1)  # noqa: E731
+                                               for t in times]  # fmt: skip
+    a = rs.Completion(sent=0.0, done=1.0, token_ids=[], chunks=alone[:-1] + steps(together, 0.50)[1:])
+    b = rs.Completion(sent=0.0, done=1.0, token_ids=[], chunks=steps(together, 0.50))
+    s = rs.stream_stats(0.0, [a, b], prompt_tokens=100)
+    window = 0.78 - 0.50
+    tokens = sum(n for t, n in b.chunks if t > 0.50)
+    assert s["all_decoding_tok_s"] == pytest.approx(tokens / window, rel=1e-6)
+    assert 45 < s["all_decoding_tok_s"] < 55
+    # a's early start lifts the first-to-last rate, and the chunks of two steps lift the median-gap rate
+    assert s["per_request_tok_s"] > 60
+    gap_rate = s["tokens_per_chunk"] / (s["itl_ms"]["p50"] / 1000.0)
+    assert gap_rate > 1.1 * s["all_decoding_tok_s"]
+
+
+def test_a_batch_that_never_decodes_together_has_no_all_decoding_rate():
+    a = rs.Completion(sent=0.0, done=1.0, token_ids=[], chunks=[(0.1, 1), (0.2, 1)])
+    b = rs.Completion(sent=0.0, done=1.0, token_ids=[], chunks=[(0.3, 1), (0.4, 1)])
+    s = rs.stream_stats(0.0, [a, b], prompt_tokens=100)
+    assert s["all_decoding_tok_s"] is None and s["all_decoding_window_ms"] == 0.0
 
 
 def test_a_stream_without_decode_is_refused():
@@ -524,10 +553,10 @@ def test_table_puts_a_configurations_paths_together():
              "ttft_ms": {"mean": 812.5}, "prefill_tok_s": 10082.1, "kv_bytes_per_token": 10528.0},
             {**base, "per_request_tok_s": 30.1, "aggregate_tok_s": 30.1},  # an offline result from before `path`
             {**base, "path": "serve", "per_request_tok_s": 29.5, "aggregate_tok_s": 29.5, "decode_share": 0.0412,
-             "stream_cached_tok_s": 31.2, "stream_cached_gap_tok_s": 30.4},
+             "stream_cached_tok_s": 31.2, "stream_cached_gap_tok_s": 30.4, "stream_cached_window_tok_s": 29.9},
         ]
     ).splitlines()  # fmt: skip
     assert [r.split(" | ")[0] for r in rows[2:]] == ["| offline", "| serve", "| serve-stream"]
-    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | - | - | - | yes |")
-    assert rows[3].endswith("| 29.5 | 29.5 | 0.04 | 31.2 | 30.4 | - | - | - | yes |")
-    assert rows[4].endswith("| 29.0 | 29.0 | - | - | - | 812.5 | 10082.1 | 10,528 | yes |")
+    assert rows[2].endswith("| 30.1 | 30.1 | - | - | - | - | - | - | - | yes |")
+    assert rows[3].endswith("| 29.5 | 29.5 | 0.04 | 31.2 | 30.4 | 29.9 | - | - | - | yes |")
+    assert rows[4].endswith("| 29.0 | 29.0 | - | - | - | - | 812.5 | 10082.1 | 10,528 | yes |")
