@@ -5,6 +5,8 @@ against the kernel a change replaces, and the planted index shift failing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from vllm_compose.proof import dsa_oracle as o
@@ -55,3 +57,20 @@ def assert_shifted_indices_fail(case: dict) -> None:
     0.31-0.42)."""
     bad = o.compare_attention(case["outputs"]["faulty"], reference(case))
     assert not bad.passed and bad.mean_cosine < 0.5, bad
+
+
+def sparse_tree(text: str, root: Path) -> Path:
+    """A kernel tree under `root` whose sparse-MLA module is `text` (tests/dsa_kernels_interpreted.py's layout)."""
+    from dsa_kernels_interpreted import kernel_tree
+
+    return kernel_tree(root, triton_mla_sparse_kernel=text)
+
+
+def interpreted_runs(tmp: Path, texts: dict[str, str], heads) -> dict[str, dict]:
+    """Each named module text run in Triton's interpreter at the `--sparse-heads` cases `heads`, by name."""
+    from dsa_kernels_interpreted import run_interpreted
+
+    flags = ("--sparse-heads", ",".join(map(str, heads)))
+    return {
+        name: run_interpreted(sparse_tree(text, tmp / name), tmp / f"{name}.pt", *flags) for name, text in texts.items()
+    }

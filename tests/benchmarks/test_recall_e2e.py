@@ -48,7 +48,9 @@ def test_table_orders_rows_and_marks_wrong_tokens():
         ]
     ).splitlines()
     assert rows[2] == "| offline | eager | 0 | 1.00 | - | 1 | 8,192 | 30.1 | 30.1 | - | - | - | - | - | - | - | yes |"
-    assert rows[3] == "| offline | eager | 1 | 0.80 | 0.79 | 1 | 8,192 | 41.0 | 41.0 | - | - | - | - | - | - | - | yes |"
+    assert (
+        rows[3] == "| offline | eager | 1 | 0.80 | 0.79 | 1 | 8,192 | 41.0 | 41.0 | - | - | - | - | - | - | - | yes |"
+    )
     assert rows[4].endswith("| 200.0 | - | - | - | - | - | - | - | NO |")
 
 

@@ -24,6 +24,8 @@ from sparse_mla_checks import (  # noqa: E402
     assert_padding_rows,
     assert_paths_match_oracle,
     assert_shifted_indices_fail,
+    interpreted_runs,
+    sparse_tree,
 )
 
 from vllm_compose.series import load_series  # noqa: E402
@@ -55,22 +57,15 @@ def always_wide(text: str) -> str:
 
 
 def tree_of(text: str, root: Path) -> Path:
-    from dsa_kernels_interpreted import kernel_tree
-
-    return kernel_tree(root, triton_mla_sparse_kernel=text)
+    return sparse_tree(text, root)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    from dsa_kernels_interpreted import run_interpreted
-
-    tmp = tmp_path_factory.mktemp("sparse-mla-wide")
     before, after = module_texts()
-    flags = ("--sparse-heads", ",".join(map(str, HEADS)))
-    return {
-        name: run_interpreted(tree_of(text, tmp / name), tmp / f"{name}.pt", *flags)
-        for name, text in (("before", before), ("wide", always_wide(after)))
-    }
+    return interpreted_runs(
+        tmp_path_factory.mktemp("sparse-mla-wide"), {"before": before, "wide": always_wide(after)}, HEADS
+    )
 
 
 @pytest.fixture

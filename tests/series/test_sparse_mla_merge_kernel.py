@@ -26,7 +26,9 @@ from sparse_mla_checks import (  # noqa: E402
     assert_padding_rows,
     assert_paths_match_oracle,
     assert_shifted_indices_fail,
+    interpreted_runs,
     reference,
+    sparse_tree,
 )
 
 from vllm_compose.proof import dsa_oracle as o  # noqa: E402
@@ -66,22 +68,15 @@ def tile64(text: str) -> str:
 
 
 def tree_of(text: str, root: Path) -> Path:
-    from dsa_kernels_interpreted import kernel_tree
-
-    return kernel_tree(root, triton_mla_sparse_kernel=text)
+    return sparse_tree(text, root)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    from dsa_kernels_interpreted import run_interpreted
-
-    tmp = tmp_path_factory.mktemp("sparse-mla-merge")
     before, after = module_texts()
-    flags = ("--sparse-heads", ",".join(map(str, HEADS)))
-    return {
-        name: run_interpreted(tree_of(text, tmp / name), tmp / f"{name}.pt", *flags)
-        for name, text in (("before", before), ("after", after), ("tile64", tile64(after)))
-    }
+    return interpreted_runs(
+        tmp_path_factory.mktemp("sparse-mla-merge"), {"before": before, "after": after, "tile64": tile64(after)}, HEADS
+    )
 
 
 def test_the_two_runs_take_the_two_tiles(runs):
