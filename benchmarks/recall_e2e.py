@@ -53,8 +53,7 @@ def table(results: list[dict]) -> str:
     """Markdown rows: path (offline, serve, serve-cached, serve-stream), mode, MTP, designed and measured first-draft
     acceptance, batch, context, decode rates, the share of t(N) the rate rests on, the rate of the same cached
     prompts streamed, the rate their median gap between chunks gives and their rate while every request decodes
-    (served cached rows), TTFT and prefill
-    (streamed rows), KV bytes per token (served rows), tokens right."""
+    (served cached rows), TTFT and prefill (streamed rows), KV bytes per token (served rows), tokens right."""
     rows = [
         "| path | mode | MTP | acceptance (designed) | first drafts accepted | batch | context | decode tok/s per request "
         "| aggregate | decode share | streamed from cache tok/s | median-gap tok/s | all-decoding tok/s | TTFT ms (mean) "

@@ -1,7 +1,8 @@
 """The checks the sparse-MLA kernel tests share (tests/series/test_sparse_mla_kernel.py, entry 0044;
 tests/series/test_sparse_mla_merge_kernel.py, entry 0045 on top of it), each over one `--sparse-heads` case of
 tests/dsa_kernels_interpreted.py: every path against `dsa_oracle`, the padding rows exactly, the largest error
-against the kernel a change replaces, and the planted index shift failing."""
+against the kernel a change replaces, and the planted index shift failing; and the interpreted runs those cases come
+from (`interpreted_runs`, over trees from `sparse_tree`)."""
 
 from __future__ import annotations
 

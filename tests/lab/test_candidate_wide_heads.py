@@ -56,10 +56,6 @@ def always_wide(text: str) -> str:
     return text.replace(THRESHOLD, "_WIDE_MIN_TOKEN_HEADS = 1\n")
 
 
-def tree_of(text: str, root: Path) -> Path:
-    return sparse_tree(text, root)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     before, after = module_texts()
@@ -73,7 +69,7 @@ def candidate(tmp_path, no_lasting_stand_in):
     from kernel_offsets import install_vllm_shim
 
     _, after = module_texts()
-    return install_vllm_shim(tree_of(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
+    return install_vllm_shim(sparse_tree(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
 
 
 def test_the_patch_is_what_rewrite_writes_from_its_own_images_and_message():

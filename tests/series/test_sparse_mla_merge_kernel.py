@@ -67,10 +67,6 @@ def tile64(text: str) -> str:
     return text.replace(NARROW, NARROW_TILE64_FIRST)
 
 
-def tree_of(text: str, root: Path) -> Path:
-    return sparse_tree(text, root)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     before, after = module_texts()
@@ -118,7 +114,7 @@ def entry_module(tmp_path, no_lasting_stand_in):
     from kernel_offsets import install_vllm_shim
 
     _, after = module_texts()
-    return install_vllm_shim(tree_of(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
+    return install_vllm_shim(sparse_tree(after, tmp_path / "after"))["triton_mla_sparse_kernel"]
 
 
 def test_partial_rows_are_16_floats_aligned_and_the_tiles_are_pruned_by_heads_a_program(entry_module):
@@ -145,7 +141,7 @@ def test_the_split_kernel_stores_16_bytes_a_thread_on_sm80(tmp_path, no_lasting_
     from sm80_resources import resources
 
     _, after = module_texts()
-    tree = tree_of(after, tmp_path / "after")
+    tree = sparse_tree(after, tmp_path / "after")
     r = resources(tree, "split", heads=64, block_n=block_n, num_warps=warps, num_stages=stages, splits=32)
     assert r["block_h"] == 16 and r["spill_stack_bytes"] == 0 and r["fits_a100"], r
     assert r["kv_async_copy"] and r["widest_global_load"] == 16 and r["widest_global_store"] == 16, r
@@ -173,7 +169,7 @@ def test_the_merge_is_one_warp_without_shared_memory_on_sm80(tmp_path, no_lastin
     from sm80_resources import resources
 
     _, after = module_texts()
-    r = resources(tree_of(after, tmp_path / "after"), "merge", heads=64, block_n=0, num_warps=0, num_stages=0,
+    r = resources(sparse_tree(after, tmp_path / "after"), "merge", heads=64, block_n=0, num_warps=0, num_stages=0,
                   splits=splits)  # fmt: skip
     assert r["num_warps"] == 1 and r["spill_stack_bytes"] == 0 and r["registers"] <= 96, r
     assert r["widest_global_load"] == 16, r
@@ -188,7 +184,7 @@ def test_entry_0044s_merge_reads_4_bytes_a_thread_on_sm80(tmp_path, no_lasting_s
     from sm80_resources import resources
 
     before, _ = module_texts()
-    r = resources(tree_of(before, tmp_path / "before"), "merge", heads=64, block_n=0, num_warps=0, num_stages=0,
+    r = resources(sparse_tree(before, tmp_path / "before"), "merge", heads=64, block_n=0, num_warps=0, num_stages=0,
                   splits=16)  # fmt: skip
     assert r["num_warps"] == 2 and r["widest_global_load"] == 4 and r["barriers"] == 0, r
 
@@ -199,7 +195,7 @@ def many_splits(tmp_path_factory) -> dict:
 
     tmp = tmp_path_factory.mktemp("many-splits-merge")
     _, after = module_texts()
-    return run_interpreted(tree_of(after, tmp / "after"), tmp / "after.pt", "--sparse-many-splits")[
+    return run_interpreted(sparse_tree(after, tmp / "after"), tmp / "after.pt", "--sparse-many-splits")[
         "sparse_many_splits"
     ]
 
