@@ -11,7 +11,11 @@ links alone, replayed in CUDA graphs with a cold L2 as `dsa_kernels.py` times th
   at 64 / 128 programs as the split pass launches them (16 or 32 splits of the 4 head groups of 64 heads), and at
   16 (a program a split, one head group) and 512;
 - `partials P x S`: the merge's read alone, P programs each loading S fp32 rows of 128 lanes that an earlier kernel
-  of the same graph wrote (L2-resident), as the merge reads the split pass's partial rows.
+  of the same graph wrote (L2-resident), as the merge reads the split pass's partial rows;
+- `group partials P x S x H`: the read a merge inside the split pass would make, P programs (one a head group: 4 at
+  GLM-5 TP1's 64 heads, 8 at DeepSeek-V3.2's 128) each loading its H (16) heads' S partial rows of 512 lanes, as
+  the last split program of a head group to finish (found with an atomic counter) would before writing the output.
+  That program reads S - 1 of them (its own stay in registers), through one SM.
 
     python3 benchmarks/mla_decode_floor.py [--sm80-ptx] --out FILE.json
 
@@ -35,6 +39,17 @@ QK_DIM = 576
 GATHER_PROGRAMS = (16, 64, 128, 512)
 LAUNCHES = (1, 2)
 PARTIALS = ((256, 16), (256, 32), (256, 64))
+#: (head groups, splits) of `group partials`, each group's HEADS_A_GROUP heads
+GROUP_PARTIALS = ((4, 8), (4, 16), (4, 32), (8, 16))
+HEADS_A_GROUP = 16
+LANES = 512
+
+
+def group_partials_sums(programs: int, splits: int, heads: int, lanes: int = LANES) -> list[float]:
+    """What `read_group_partials` must give each of its `programs` programs after `write_group_partials` (program j
+    of `programs * heads` writes j + 1 into each of its `splits` rows of `lanes`): the probe's check that it read every
+    row."""
+    return [float(splits * lanes * sum(p * heads + h + 1 for h in range(heads))) for p in range(programs)]
 
 
 def kernels():
@@ -72,7 +87,23 @@ def kernels():
         tile = tl.load(mid_ptr + pid * S * ROW + offs)
         tl.store(out_ptr + pid * 128 + tl.arange(0, 128), tl.sum(tile, 0))
 
-    return empty, gather, write_partials, read_partials
+    @triton.jit
+    def write_group_partials(mid_ptr, S: tl.constexpr, ROW: tl.constexpr, LANES: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = tl.arange(0, S)[:, None] * ROW + tl.arange(0, LANES)[None, :]
+        tl.store(mid_ptr + pid * S * ROW + offs, tl.zeros([S, LANES], dtype=tl.float32) + (pid + 1))
+
+    @triton.jit
+    def read_group_partials(mid_ptr, out_ptr, S: tl.constexpr, H: tl.constexpr, ROW: tl.constexpr,
+                            LANES: tl.constexpr):  # fmt: skip
+        pid = tl.program_id(0)
+        offs = tl.arange(0, S)[:, None] * ROW + tl.arange(0, LANES)[None, :]
+        acc = tl.zeros([LANES], dtype=tl.float32)
+        for h in tl.static_range(0, H):  # unrolled: the heads' loads are independent and may all be in flight
+            acc += tl.sum(tl.load(mid_ptr + (pid * H + h) * S * ROW + offs), 0)
+        tl.store(out_ptr + pid, tl.sum(acc, 0))
+
+    return empty, gather, write_partials, read_partials, write_group_partials, read_group_partials
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from dsa_kernels import graph_ms
 
-    empty, gather, write_partials, read_partials = kernels()
+    empty, gather, write_partials, read_partials, write_group_partials, read_group_partials = kernels()
     bench = functools.partial(graph_ms, torch=torch)
     rows: list[dict] = []
 
@@ -134,6 +165,32 @@ def main(argv: list[str] | None = None) -> int:
 
         t_both, t_write = bench(both), bench(write_only)
         record(f"partials {p} x {s} (read)", t_both - t_write, programs=p, splits=s, write_us=t_write * 1e3)
+
+    h = HEADS_A_GROUP
+    for p, s in GROUP_PARTIALS:
+        mid = torch.empty(p * h * s * row, device="cuda")
+        red = torch.empty(p, device="cuda")
+
+        def write(p=p, s=s, mid=mid):
+            write_group_partials[(p * h,)](mid, S=s, ROW=row, LANES=LANES, num_warps=4)
+
+        def both(p=p, s=s, mid=mid, red=red, write=write):
+            write()
+            read_group_partials[(p,)](mid, red, S=s, H=h, ROW=row, LANES=LANES, num_warps=8)
+
+        t_both, t_write = bench(both), bench(write)
+        got, want = red.tolist(), group_partials_sums(p, s, h)
+        if any(abs(g - w) > 1e-5 * w for g, w in zip(got, want, strict=True)):
+            raise SystemExit(f"group partials {p} x {s} x {h}: sums {got} != {want}: the probe is wrong, not timed")
+        record(
+            f"group partials {p} x {s} x {h} (read)",
+            t_both - t_write,
+            programs=p,
+            splits=s,
+            heads=h,
+            bytes_a_program=h * s * LANES * 4,
+            write_us=t_write * 1e3,
+        )
     return 0
 
 

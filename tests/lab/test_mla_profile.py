@@ -1,0 +1,278 @@
+"""lab/candidates/mla_profile.py without a GPU: shapes, ncu's CSV read back, the report matched to its plan (and
+refused where it does not match), the ncu command lines, the whole `profile` step with a stand-in `ncu`, and the plan
+entry 0045's kernel makes at the default shapes.
+
+The CSV here is written for these tests in the layout of `ncu --csv --page details` (one row a metric of a launch:
+"ID", ..., "Kernel Name", ..., "Section Name", "Metric Name", "Metric Unit", "Metric Value"), with made-up values;
+it is not a recorded report.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "lab" / "candidates"))
+
+import mla_profile as mp  # noqa: E402
+
+COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+           "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]  # fmt: skip
+
+
+def launch_rows(launch_id: int, kernel: str, values: dict[str, tuple[str, str]]) -> list[list[str]]:
+    head = [str(launch_id), "4242", "python3", "127.0.0.1", kernel, "1", "7", "(128, 1, 1)", "(1, 4, 16)", "0", "9.0"]
+    return [[*head, "Command line profiler metrics", name, unit, value] for name, (unit, value) in values.items()]
+
+
+def report(launches: list[tuple[str, dict]]) -> str:
+    buf = io.StringIO()
+    buf.write("==PROF== Connected to process 4242\n==PROF== Disconnected from process 4242\n")
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for i, (kernel, values) in enumerate(launches):
+        w.writerows(launch_rows(i, kernel, values))
+    return buf.getvalue()
+
+
+def split_metrics(us_ns: str = "11,200") -> dict[str, tuple[str, str]]:
+    """A split pass: 11.2 us, 2.4 MB of DRAM read, stalls long_scoreboard 6, barrier 2, selected 1, wait 1."""
+    return {
+        mp.FIELDS["us"]: ("nsecond", us_ns),
+        mp.FIELDS["dram_read_bytes"]: ("Kbyte", "2,400"),
+        mp.FIELDS["l2_bytes"]: ("byte", "9600000"),
+        mp.FIELDS["l2_hit_pct"]: ("%", "61.5"),
+        mp.FIELDS["achieved_occupancy_pct"]: ("%", "6.1"),
+        mp.FIELDS["theoretical_occupancy_pct"]: ("%", "6.25"),
+        mp.FIELDS["registers"]: ("register/thread", "193"),
+        mp.FIELDS["shared_mem_dynamic_bytes"]: ("byte", "94,208"),
+        mp.FIELDS["tensor_pipe_pct"]: ("%", "n/a"),
+        mp.STALL_METRIC.format("long_scoreboard"): ("", "6"),
+        mp.STALL_METRIC.format("barrier"): ("", "2"),
+        mp.STALL_METRIC.format("selected"): ("", "1"),
+        mp.STALL_METRIC.format("wait"): ("", "1"),
+    }
+
+
+def merge_metrics() -> dict[str, tuple[str, str]]:
+    return {mp.FIELDS["us"]: ("usecond", "1.7"), mp.STALL_METRIC.format("long_scoreboard"): ("", "3")}
+
+
+PLAN = [
+    mp.plan_entry("GLM-5 TP1", 64, 1, {"block_h": 16, "head_groups": 4, "splits": 16, "programs": 64}),
+    mp.plan_entry("GLM-5 TP1", 64, 64, {"block_h": 16, "head_groups": 4, "splits": 1, "programs": 256}),
+]
+LAUNCHES = [(mp.SPLIT, split_metrics()), (mp.MERGE, merge_metrics()), (mp.FINAL, split_metrics("140,400"))]
+
+
+def test_shapes_are_label_heads_rows_and_bad_ones_say_what_is_wrong():
+    assert mp.parse_shape("GLM-5 TP1:64:32") == ("GLM-5 TP1", 64, 32)
+    assert mp.parse_shape("a:b:8:1") == ("a:b", 8, 1)  # the label may hold a colon; heads and rows are the last two
+    for bad, why in (("GLM-5:64", "LABEL:HEADS:ROWS"), (":64:1", "LABEL:HEADS:ROWS"), ("x:64:y", "integers"),
+                     ("x:0:1", "positive")):  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            mp.parse_shape(bad)
+
+
+def test_a_call_launches_the_single_pass_or_the_split_pass_and_the_merge():
+    assert mp.kernels_of(1) == [mp.FINAL]
+    assert mp.kernels_of(16) == [mp.SPLIT, mp.MERGE]
+    assert PLAN[0]["shape"] == "GLM-5 TP1 64h top-k 2048 rows 1" and PLAN[0]["kernels"] == [mp.SPLIT, mp.MERGE]
+
+
+def test_the_csv_reads_back_in_bytes_and_microseconds_past_ncus_messages():
+    launches = mp.parse_details(report(LAUNCHES))
+    assert [(x["id"], x["kernel"]) for x in launches] == [("0", mp.SPLIT), ("1", mp.MERGE), ("2", mp.FINAL)]
+    m = launches[0]["metrics"]
+    assert m[mp.FIELDS["us"]] == pytest.approx(11.2)  # 11,200 ns
+    assert m[mp.FIELDS["dram_read_bytes"]] == pytest.approx(2.4e6)  # 2,400 Kbyte
+    assert m[mp.FIELDS["shared_mem_dynamic_bytes"]] == 94208
+    assert m[mp.FIELDS["tensor_pipe_pct"]] is None  # n/a
+    assert launches[0]["units"][mp.FIELDS["us"]] == "usecond"
+    assert launches[1]["metrics"][mp.FIELDS["us"]] == pytest.approx(1.7)
+
+
+def test_a_csv_without_the_columns_read_is_refused_naming_them():
+    with pytest.raises(mp.ProfileError, match="not a `--csv --page details` report"):
+        mp.parse_details("==PROF== nothing profiled\n")
+    text = report(LAUNCHES).replace('"Metric Unit"', '"Unit"')
+    with pytest.raises(mp.ProfileError, match="lacks the column.*Metric Unit"):
+        mp.parse_details(text)
+
+
+def test_the_summary_gives_each_shapes_launches_their_rates_and_stall_shares():
+    summary = mp.summarize(mp.parse_details(report(LAUNCHES)), PLAN, "NVIDIA H100 80GB HBM3")
+    one, sixty_four = summary["shapes"]
+    split, merge = one["profiled"]
+    assert (split["kernel"], merge["kernel"]) == (mp.SPLIT, mp.MERGE)
+    assert split["us"] == pytest.approx(11.2) and split["registers"] == 193
+    assert split["dram_read_gbs"] == pytest.approx(2.4e6 / 11.2 / 1e3)  # 214 GB/s
+    assert split["l2_gbs"] == pytest.approx(9.6e6 / 11.2 / 1e3)
+    assert split["tensor_pipe_pct"] is None and split["dram_write_bytes"] is None  # not in the report: None, not 0
+    assert split["top_stalls"] == ["long_scoreboard", "barrier", "selected"]
+    assert split["stalls"]["long_scoreboard"]["share"] == pytest.approx(0.6)
+    assert sum(s["share"] for s in split["stalls"].values()) == pytest.approx(1.0)
+    assert merge["dram_read_gbs"] is None  # no bytes reported
+    assert [k["kernel"] for k in sixty_four["profiled"]] == [mp.FINAL]
+    assert sixty_four["profiled"][0]["us"] == pytest.approx(140.4)
+    assert "not the CUDA-graph times" in summary["timing"]
+    text = mp.table(summary)
+    assert "| GLM-5 TP1 64h top-k 2048 rows 1 | _sparse_mla_kernel_split | 11.2 | 214 (-%) | 62% |" in text
+    assert "long_scoreboard 60%, barrier 20%, selected 10%" in text
+    assert len(text.splitlines()) == 2 + 3
+
+
+@pytest.mark.parametrize(
+    "launches, why",
+    [
+        # the one-row call ran single-pass: not the plan's run
+        ([(mp.FINAL, split_metrics()), (mp.FINAL, split_metrics())], r"rows 1: launch 1 .*ncu ID 0.* the plan has "),
+        # the merge missing: the report's second launch is the 64-row call's
+        ([(mp.SPLIT, split_metrics()), (mp.FINAL, split_metrics())], r"rows 1: launch 2 .* is '_sparse_mla_kernel_f"),
+        # cut short before the 64-row call
+        (LAUNCHES[:2], r"rows 64: the report has 2 launch\(es\) and ends before _sparse_mla_kernel_final"),
+        # a launch the plan does not have
+        (LAUNCHES + [(mp.MERGE, merge_metrics())], r"1 launch\(es\) of the report not in the plan"),
+    ],
+)
+def test_a_report_that_does_not_line_up_with_its_plan_is_refused(launches, why):
+    with pytest.raises(mp.ProfileError, match=why):
+        mp.summarize(mp.parse_details(report(launches)), PLAN)
+
+
+def test_only_the_metrics_ncu_offers_are_asked_for():
+    query = "Device GH100\n dram__bytes_read  Counter  byte  # of bytes read from DRAM\n gpu__time_duration ...\n"
+    kept, dropped = mp.offered(["dram__bytes_read.sum", "gpu__time_duration.sum", "no__such_metric.sum"], query)
+    assert kept == ["dram__bytes_read.sum", "gpu__time_duration.sum"] and dropped == ["no__such_metric.sum"]
+
+
+def test_the_profiling_command_profiles_only_the_childs_range_and_the_sparse_mla_kernels(tmp_path):
+    cmd = mp.ncu_command("ncu", tmp_path / "r", ["a.sum", "b.pct"], ["python3", "x.py", "launch"])
+    joined = " ".join(cmd)
+    assert "--profile-from-start off" in joined and "--clock-control none" in joined
+    assert "--kernel-name regex:_sparse_mla" in joined and "--metrics a.sum,b.pct" in joined
+    assert cmd[-3:] == ["python3", "x.py", "launch"] and f"--export {tmp_path / 'r'}" in joined
+    assert mp.import_command("ncu", tmp_path / "r.ncu-rep") == [
+        "ncu", "--import", str(tmp_path / "r.ncu-rep"), "--csv", "--page", "details", "--print-units", "base"
+    ]  # fmt: skip
+
+
+# --- `profile` with a stand-in ncu ----------------------------------------------------------------------------------
+
+_FAKE_NCU = """#!{python}
+# A stand-in for ncu: --query-metrics offers every metric but the tensor pipe's; a profiling run writes the plan
+# its child would (the child needs a GPU) and a report file; --import prints the CSV of that report
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_mla_profile as t
+argv = sys.argv[1:]
+if argv == ["--query-metrics"]:
+    print("\\n".join(m.split(".")[0] for m in t.mp.METRICS if "tensor_op" not in m))
+elif argv[0] == "--import":
+    print(t.report(t.LAUNCHES))
+else:
+    if {fail}:
+        print("==ERROR== the profiled process failed", file=sys.stderr)
+        sys.exit(1)
+    Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_text("report")
+    plan = Path(argv[argv.index("--plan") + 1])
+    plan.write_text(json.dumps({{"gpu": "NVIDIA H100 80GB HBM3", "plan": t.PLAN}}))
+    Path(plan.parent / "argv.json").write_text(json.dumps(argv))
+"""
+
+
+def fake_ncu(tmp_path: Path, fail: bool = False) -> Path:
+    ncu = tmp_path / "ncu"
+    ncu.write_text(_FAKE_NCU.format(python=sys.executable, tests=str(Path(__file__).parent), fail=fail))
+    ncu.chmod(ncu.stat().st_mode | stat.S_IEXEC)
+    return ncu
+
+
+def kernel_tree(tmp_path: Path) -> Path:
+    kernel = tmp_path / "tree" / "vllm/v1/attention/ops/triton_mla_sparse_kernel.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("# the kernel\n")
+    return tmp_path / "tree"
+
+
+def test_profile_writes_the_report_csv_summary_and_table_and_names_the_metrics_dropped(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = mp.main(["profile", "--tree", str(kernel_tree(tmp_path)), "--out", str(out), "--ncu", str(fake_ncu(tmp_path)),
+                  "--shape", "GLM-5 TP1:64:1", "--shape", "GLM-5 TP1:64:64", "--sm80-ptx"])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads((out / "mla_profile.json").read_text())
+    assert summary["metrics_not_offered"] == [mp.FIELDS["tensor_pipe_pct"]]
+    assert summary["gpu"] == "NVIDIA H100 80GB HBM3" and summary["sm80_ptx"] is True
+    assert [len(s["profiled"]) for s in summary["shapes"]] == [2, 1]
+    assert (out / "mla_profile.ncu-rep").read_text() == "report"
+    assert (out / "mla_profile.csv").read_text().startswith("==PROF==")
+    assert (out / "mla_profile.md").read_text().startswith("| shape |")
+    argv = json.loads((out / "argv.json").read_text())
+    assert mp.FIELDS["tensor_pipe_pct"] not in argv[argv.index("--metrics") + 1]
+    child = argv[argv.index("--force-overwrite") + 1 :]
+    assert child[1:3] == [str(Path(mp.__file__).resolve()), "launch"]
+    assert child[child.index("--shape") + 1] == "GLM-5 TP1:64:1" and child[-1] == "--sm80-ptx"
+    assert "_sparse_mla_kernel_split" in capsys.readouterr().out
+
+
+def test_a_failed_profiled_run_is_an_error_naming_the_log_and_writes_no_summary(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = mp.main(["profile", "--tree", str(kernel_tree(tmp_path)), "--out", str(out), "--ncu",
+                  str(fake_ncu(tmp_path, fail=True))])  # fmt: skip
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "the profiled run failed (rc 1)" in err and str(out / "mla_profile.log") in err
+    assert not (out / "mla_profile.json").exists()
+    assert "the profiled process failed" in (out / "mla_profile.log").read_text()
+
+
+def test_a_tree_without_the_kernel_and_a_missing_ncu_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        mp.main(["profile", "--tree", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "no vllm/v1/attention/ops/triton_mla_sparse_kernel.py" in capsys.readouterr().err
+    rc = mp.main(["profile", "--tree", str(kernel_tree(tmp_path)), "--out", str(tmp_path / "o"),
+                  "--ncu", str(tmp_path / "no-ncu")])  # fmt: skip
+    assert rc == 1 and "cannot run" in capsys.readouterr().err
+
+
+def test_summarize_reads_a_saved_csv_and_plan_and_refuses_a_plan_it_cannot_read(tmp_path, capsys):
+    (tmp_path / "r.csv").write_text(report(LAUNCHES))
+    (tmp_path / "plan.json").write_text(json.dumps({"plan": PLAN}))
+    out = tmp_path / "s.json"
+    assert mp.main(["summarize", "--csv", str(tmp_path / "r.csv"), "--plan", str(tmp_path / "plan.json"),
+                    "--out", str(out)]) == 0  # fmt: skip
+    assert json.loads(out.read_text())["shapes"][1]["profiled"][0]["kernel"] == mp.FINAL
+    (tmp_path / "bad.json").write_text(json.dumps({"shapes": []}))
+    assert mp.main(["summarize", "--csv", str(tmp_path / "r.csv"), "--plan", str(tmp_path / "bad.json"),
+                    "--out", str(tmp_path / "t.json")]) == 1  # fmt: skip
+    assert "no 'plan' list" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+
+
+# --- the plan entry 0045's kernel makes -----------------------------------------------------------------------------
+
+
+def test_entry_0045_splits_one_row_and_runs_64_rows_single_pass_at_the_default_shapes(tmp_path):
+    pytest.importorskip("triton")
+    sys.path[:0] = [str(REPO / "lab" / "device"), str(REPO / "benchmarks")]
+    import candidate_patch as cp
+    from dsa_kernels import mla_launch
+    from kernel_offsets import install_vllm_shim
+
+    path, _, after = cp.images(REPO / "series/patches/0045-perf-triton-mla-sparse-merge-one-warp.patch")
+    tree = cp.write_tree(tmp_path / "t", path, after)
+    mod = install_vllm_shim(tree)["triton_mla_sparse_kernel"]
+    plan = {(label, rows): mp.plan_entry(label, heads, rows, mla_launch(mod, rows, heads, mp.TOPK, 132))
+            for label, heads, rows in mp.SHAPES}  # fmt: skip
+    assert plan[("GLM-5 TP1", 1)]["kernels"] == [mp.SPLIT, mp.MERGE]
+    assert plan[("GLM-5 TP1", 1)]["launch"]["splits"] == 16  # 4 head groups x 16 = 64 programs
+    assert plan[("GLM-5 TP1", 32)]["launch"]["splits"] == 2  # 128 programs < 1.5 x 132
+    assert plan[("GLM-5 TP1", 64)]["kernels"] == [mp.FINAL]
+    assert plan[("DSv3.2 TP1", 64)]["launch"]["programs"] == 512
