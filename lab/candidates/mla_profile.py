@@ -11,15 +11,15 @@ issued instruction.
     python3 lab/candidates/mla_profile.py summarize --csv DIR/mla_profile.csv --plan DIR/mla_profile_plan.json \\
         --out DIR/mla_profile.json
 
-`profile` (on the GPU machine) asks `ncu --query-metrics` which of `METRICS` this GPU and ncu offer (a metric ncu does
-not know would end its run), then runs this script's `launch` under `ncu --profile-from-start off`: each shape's call
-runs once outside the profiled range (compile, autotune), then once inside it. The report is kept
-(`mla_profile.ncu-rep`), imported as CSV (`ncu --import --csv --page details --print-units base`) and summarized.
-`summarize` does the last step again on a saved CSV, without a GPU. A launch's kernel must be the one the plan says
-(`launch` writes it from the kernel's own launch rules): a report whose launches do not line up is refused, never
-matched by position alone.
+`profile` (on the GPU machine) collects ncu's own `SECTIONS` and, of `METRICS`, those `ncu --query-metrics` lists
+for this GPU (a metric ncu does not know would end its run; the ones left out are named in the summary), then runs
+this script's `launch` under `ncu --profile-from-start off`: each shape's call runs once outside the profiled range
+(compile, autotune), then once inside it. The report is kept (`mla_profile.ncu-rep`), imported as CSV (`ncu --import
+--csv --page raw --print-units base`) and summarized. `summarize` does the last step again on a saved CSV, without a
+GPU. A launch's kernel must be the one the plan says (`launch` writes it from the kernel's own launch rules): a
+report whose launches do not line up is refused, never matched by position alone.
 
-A shape is `LABEL:HEADS:ROWS` (top-k 2,048 over the benchmark's 600,000-slot latent cache, inputs seeded as
+A shape is `LABEL:HEADS:ROWS` (top-k 2,048 over a 600,000-slot latent cache, seeded random inputs shaped as
 benchmarks/dsa_kernels.py's). The counters are ncu's replay of each kernel with its caches flushed (`--cache-control
 all`, ncu's default) and the clocks left alone (`--clock-control none`, which is what ncu was seen working with on
 these machines); the times are therefore not the CUDA-graph times of docs/benchmarks.md, and a summary says so.
@@ -118,7 +118,20 @@ _SCALE = {
     "msecond": 1e3,
     "second": 1e6,
 }
-_REQUIRED_COLUMNS = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
+#: the columns each layout of ncu's CSV must have (`parse_report`)
+_LAUNCH_COLUMNS = ("ID", "Kernel Name")
+_DETAILS_COLUMNS = ("Metric Name", "Metric Unit", "Metric Value")
+#: ncu's own sections, which every ncu has: they collect most of `FIELDS` and the stall reasons whatever the
+#: metric query offers; `METRICS` are asked for besides them
+SECTIONS = (
+    "SpeedOfLight",
+    "LaunchStats",
+    "Occupancy",
+    "MemoryWorkloadAnalysis",
+    "ComputeWorkloadAnalysis",
+    "SchedulerStats",
+    "WarpStateStats",
+)
 
 
 class ProfileError(Exception):
@@ -172,35 +185,49 @@ def _number(text: str) -> float | None:
         return None
 
 
-def parse_details(text: str) -> list[dict]:
-    """ncu's `--csv --page details` output -> one dict per profiled launch, in report order: {"id", "kernel",
-    "metrics": {metric name: value in bytes / microseconds / the unit ncu gave}, "units": {name: unit}}. Lines
-    before the header (ncu's `==PROF==` messages) are skipped. Raises ProfileError where the header lacks a column
-    this tool reads."""
+def _scaled(value: float | None, unit: str) -> tuple[float | None, str]:
+    """A value in bytes or microseconds where its unit is one of `_SCALE`'s; otherwise as ncu gave it."""
+    if value is not None and unit in _SCALE:
+        return value * _SCALE[unit], ("usecond" if unit.endswith("second") else "byte")
+    return value, unit
+
+
+def parse_report(text: str) -> list[dict]:
+    """ncu's CSV of a report -> one dict per profiled launch, in report order: {"id", "kernel", "metrics": {metric
+    name: value in bytes / microseconds / the unit ncu gave}, "units": {name: unit}}. Reads both of ncu's layouts:
+    `--page raw` (a column a metric, a row a launch, the units in the row after the header; what `profile` imports)
+    and `--page details` (a row a metric of a launch, "Metric Name" / "Metric Unit" / "Metric Value"). Lines before
+    the header (ncu's `==PROF==` messages) are skipped. Raises ProfileError where there is no header or it lacks a
+    column this tool reads."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         raise ProfileError(
-            f'no CSV header (a line starting with "ID") in ncu\'s output of {len(lines)} line(s): not a '
-            "`--csv --page details` report"
+            f'no CSV header (a line starting with "ID") in ncu\'s output of {len(lines)} line(s): not an '
+            "`ncu --import --csv` report"
         )
     reader = csv.DictReader(io.StringIO("\n".join(lines[start:])))
-    missing = [c for c in _REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
+    header = list(reader.fieldnames or ())
+    long = "Metric Name" in header
+    required = _LAUNCH_COLUMNS + (_DETAILS_COLUMNS if long else ())
+    missing = [c for c in required if c not in header]
     if missing:
-        raise ProfileError(f"ncu's CSV lacks the column(s) {', '.join(missing)}; its header: {reader.fieldnames}")
+        raise ProfileError(f"ncu's CSV lacks the column(s) {', '.join(missing)}; its header: {header}")
     launches: dict[str, dict] = {}
+    units: dict[str, str] = {}
     for row in reader:
         if not row.get("ID"):
+            if not long and not launches:  # the raw page's units row
+                units = {k: (v or "").strip() for k, v in row.items() if k is not None}
             continue
         launch = launches.setdefault(row["ID"], {"id": row["ID"], "kernel": row["Kernel Name"], "metrics": {},
                                                  "units": {}})  # fmt: skip
-        name, unit = row["Metric Name"], (row["Metric Unit"] or "").strip()
-        value = _number(row["Metric Value"] or "")
-        if value is not None and unit in _SCALE:
-            value *= _SCALE[unit]
-            unit = "usecond" if unit.endswith("second") else "byte"
-        launch["metrics"][name] = value
-        launch["units"][name] = unit
+        if long:
+            cells = [(row["Metric Name"], (row["Metric Unit"] or "").strip(), row["Metric Value"] or "")]
+        else:
+            cells = [(k, units.get(k, ""), v or "") for k, v in row.items() if k is not None and "__" in k]
+        for name, unit, text_value in cells:
+            launch["metrics"][name], launch["units"][name] = _scaled(_number(text_value), unit)
     return sorted(launches.values(), key=lambda launch: int(launch["id"]))
 
 
@@ -296,7 +323,8 @@ def offered(metrics, query_output: str) -> tuple[list[str], list[str]]:
 
 def ncu_command(ncu: str, report: Path, metrics, child: list[str]) -> list[str]:
     """The profiling run: only the launches between the child's profiler start and stop, only the sparse-MLA
-    kernels, clocks left alone, the report written to `report` (.ncu-rep added by ncu)."""
+    kernels, clocks left alone, ncu's `SECTIONS` and `metrics` collected, the report written to `report` (.ncu-rep
+    added by ncu)."""
     return [
         ncu,
         "--profile-from-start",
@@ -305,8 +333,8 @@ def ncu_command(ncu: str, report: Path, metrics, child: list[str]) -> list[str]:
         "none",
         "--kernel-name",
         KERNEL_REGEX,
-        "--metrics",
-        ",".join(metrics),
+        *(a for section in SECTIONS for a in ("--section", section)),
+        *(("--metrics", ",".join(metrics)) if metrics else ()),
         "--export",
         str(report),
         "--force-overwrite",
@@ -315,7 +343,7 @@ def ncu_command(ncu: str, report: Path, metrics, child: list[str]) -> list[str]:
 
 
 def import_command(ncu: str, report: Path) -> list[str]:
-    return [ncu, "--import", str(report), "--csv", "--page", "details", "--print-units", "base"]
+    return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
 
 
 # --- the GPU side ---------------------------------------------------------------------------------------------------
@@ -382,9 +410,9 @@ def profile(tree: Path, out: Path, shapes, sm80_ptx: bool, ncu: str, timeout: fl
     out.mkdir(parents=True, exist_ok=True)
     log = out / "mla_profile.log"
     query = _run([ncu, "--query-metrics"], 120, log)
-    kept, dropped = offered(METRICS, query.stdout) if query.returncode == 0 else (list(METRICS), [])
-    if not kept:
-        raise ProfileError(f"`ncu --query-metrics` offers none of the {len(METRICS)} metrics; see {log}")
+    # a metric the query does not list is left out (the sections still collect theirs): one ncu does not know would
+    # end the profiled run; where the query itself fails, only the sections are collected
+    kept, dropped = offered(METRICS, query.stdout) if query.returncode == 0 else ([], list(METRICS))
     plan_path, report = out / "mla_profile_plan.json", out / "mla_profile"
     child = [sys.executable, str(Path(__file__).resolve()), "launch", "--tree", str(tree), "--plan", str(plan_path)]
     child += [a for label, heads, rows in shapes for a in ("--shape", f"{label}:{heads}:{rows}")]
@@ -398,7 +426,7 @@ def profile(tree: Path, out: Path, shapes, sm80_ptx: bool, ncu: str, timeout: fl
     csv_path = out / "mla_profile.csv"
     _write_atomically(csv_path, imported.stdout)
     doc = load_plan(plan_path)
-    summary = summarize(parse_details(imported.stdout), doc["plan"], doc.get("gpu"))
+    summary = summarize(parse_report(imported.stdout), doc["plan"], doc.get("gpu"))
     summary.update(metrics_not_offered=dropped, sm80_ptx=sm80_ptx, tree=str(tree))
     write_summary(summary, out / "mla_profile.json")
     return summary
@@ -447,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                 text = args.csv.read_text()
             except OSError as exc:
                 raise ProfileError(f"--csv {args.csv}: {exc}") from None
-            summary = summarize(parse_details(text), doc["plan"], doc.get("gpu"))
+            summary = summarize(parse_report(text), doc["plan"], doc.get("gpu"))
             write_summary(summary, args.out)
         else:
             if not (args.tree / "vllm/v1/attention/ops/triton_mla_sparse_kernel.py").is_file():

@@ -2,9 +2,10 @@
 refused where it does not match), the ncu command lines, the whole `profile` step with a stand-in `ncu`, and the plan
 entry 0045's kernel makes at the default shapes.
 
-The CSV here is written for these tests in the layout of `ncu --csv --page details` (one row a metric of a launch:
-"ID", ..., "Kernel Name", ..., "Section Name", "Metric Name", "Metric Unit", "Metric Value"), with made-up values;
-it is not a recorded report.
+The CSVs here are written for these tests in the two layouts of `ncu --import --csv`, with made-up values; neither is
+a recorded report: `--page details` (a row a metric of a launch: "ID", ..., "Kernel Name", ..., "Section Name",
+"Metric Name", "Metric Unit", "Metric Value") and `--page raw` (a row a launch, a column a metric, the units in the
+row after the header).
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ def report(launches: list[tuple[str, dict]]) -> str:
     return buf.getvalue()
 
 
+def raw_report(launches: list[tuple[str, dict]]) -> str:
+    """The same launches in the raw page's layout: one column a metric (every launch's, in first-seen order)."""
+    names = list(dict.fromkeys(name for _, values in launches for name in values))
+    units = {name: unit for _, values in launches for name, (unit, _) in values.items()}
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    w.writerow(COLUMNS[:11] + names)
+    w.writerow([""] * 11 + [units[n] for n in names])
+    for i, (kernel, values) in enumerate(launches):
+        head = [str(i), "4242", "python3", "127.0.0.1", kernel, "1", "7", "(128, 1, 1)", "(1, 4, 16)", "0", "9.0"]
+        w.writerow(head + [values[n][1] if n in values else "" for n in names])
+    return buf.getvalue()
+
+
 def split_metrics(us_ns: str = "11,200") -> dict[str, tuple[str, str]]:
     """A split pass: 11.2 us, 2.4 MB of DRAM read, stalls long_scoreboard 6, barrier 2, selected 1, wait 1."""
     return {
@@ -62,7 +77,7 @@ def split_metrics(us_ns: str = "11,200") -> dict[str, tuple[str, str]]:
 
 
 def merge_metrics() -> dict[str, tuple[str, str]]:
-    return {mp.FIELDS["us"]: ("usecond", "1.7"), mp.STALL_METRIC.format("long_scoreboard"): ("", "3")}
+    return {mp.FIELDS["us"]: ("nsecond", "1,700"), mp.STALL_METRIC.format("long_scoreboard"): ("", "3")}
 
 
 PLAN = [
@@ -88,7 +103,7 @@ def test_a_call_launches_the_single_pass_or_the_split_pass_and_the_merge():
 
 
 def test_the_csv_reads_back_in_bytes_and_microseconds_past_ncus_messages():
-    launches = mp.parse_details(report(LAUNCHES))
+    launches = mp.parse_report(report(LAUNCHES))
     assert [(x["id"], x["kernel"]) for x in launches] == [("0", mp.SPLIT), ("1", mp.MERGE), ("2", mp.FINAL)]
     m = launches[0]["metrics"]
     assert m[mp.FIELDS["us"]] == pytest.approx(11.2)  # 11,200 ns
@@ -97,18 +112,36 @@ def test_the_csv_reads_back_in_bytes_and_microseconds_past_ncus_messages():
     assert m[mp.FIELDS["tensor_pipe_pct"]] is None  # n/a
     assert launches[0]["units"][mp.FIELDS["us"]] == "usecond"
     assert launches[1]["metrics"][mp.FIELDS["us"]] == pytest.approx(1.7)
+    # ncu's other scaled units, and a unit taken as it is
+    assert mp._scaled(1.7, "usecond") == (1.7, "usecond") and mp._scaled(2.0, "msecond") == (2000.0, "usecond")
+    assert mp._scaled(1.5, "Mbyte") == (1.5e6, "byte") and mp._scaled(61.5, "%") == (61.5, "%")
+
+
+def test_the_raw_page_reads_back_as_the_details_page_does():
+    raw, details = mp.parse_report(raw_report(LAUNCHES)), mp.parse_report(report(LAUNCHES))
+    assert [x["kernel"] for x in raw] == [mp.SPLIT, mp.MERGE, mp.FINAL]
+    for a, b in zip(raw, details, strict=True):
+        # a metric a launch lacks is an empty cell in the raw page (None) and no row in the details page
+        assert {k: v for k, v in a["metrics"].items() if v is not None} == {
+            k: v for k, v in b["metrics"].items() if v is not None
+        }
+    assert raw[0]["metrics"][mp.FIELDS["us"]] == pytest.approx(11.2)
+    assert raw[0]["metrics"][mp.FIELDS["dram_read_bytes"]] == pytest.approx(2.4e6)
+    assert raw[1]["metrics"][mp.FIELDS["registers"]] is None
 
 
 def test_a_csv_without_the_columns_read_is_refused_naming_them():
-    with pytest.raises(mp.ProfileError, match="not a `--csv --page details` report"):
-        mp.parse_details("==PROF== nothing profiled\n")
+    with pytest.raises(mp.ProfileError, match="not an `ncu --import --csv` report"):
+        mp.parse_report("==PROF== nothing profiled\n")
     text = report(LAUNCHES).replace('"Metric Unit"', '"Unit"')
     with pytest.raises(mp.ProfileError, match="lacks the column.*Metric Unit"):
-        mp.parse_details(text)
+        mp.parse_report(text)
+    with pytest.raises(mp.ProfileError, match="lacks the column.*Kernel Name"):
+        mp.parse_report(raw_report(LAUNCHES).replace('"Kernel Name"', '"Function"'))
 
 
 def test_the_summary_gives_each_shapes_launches_their_rates_and_stall_shares():
-    summary = mp.summarize(mp.parse_details(report(LAUNCHES)), PLAN, "NVIDIA H100 80GB HBM3")
+    summary = mp.summarize(mp.parse_report(report(LAUNCHES)), PLAN, "NVIDIA H100 80GB HBM3")
     one, sixty_four = summary["shapes"]
     split, merge = one["profiled"]
     assert (split["kernel"], merge["kernel"]) == (mp.SPLIT, mp.MERGE)
@@ -144,7 +177,7 @@ def test_the_summary_gives_each_shapes_launches_their_rates_and_stall_shares():
 )
 def test_a_report_that_does_not_line_up_with_its_plan_is_refused(launches, why):
     with pytest.raises(mp.ProfileError, match=why):
-        mp.summarize(mp.parse_details(report(launches)), PLAN)
+        mp.summarize(mp.parse_report(report(launches)), PLAN)
 
 
 def test_only_the_metrics_ncu_offers_are_asked_for():
@@ -158,26 +191,30 @@ def test_the_profiling_command_profiles_only_the_childs_range_and_the_sparse_mla
     joined = " ".join(cmd)
     assert "--profile-from-start off" in joined and "--clock-control none" in joined
     assert "--kernel-name regex:_sparse_mla" in joined and "--metrics a.sum,b.pct" in joined
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--section"] == list(mp.SECTIONS)
+    assert "--metrics" not in mp.ncu_command("ncu", tmp_path / "r", [], ["python3"])  # the sections alone
     assert cmd[-3:] == ["python3", "x.py", "launch"] and f"--export {tmp_path / 'r'}" in joined
     assert mp.import_command("ncu", tmp_path / "r.ncu-rep") == [
-        "ncu", "--import", str(tmp_path / "r.ncu-rep"), "--csv", "--page", "details", "--print-units", "base"
+        "ncu", "--import", str(tmp_path / "r.ncu-rep"), "--csv", "--page", "raw", "--print-units", "base"
     ]  # fmt: skip
 
 
 # --- `profile` with a stand-in ncu ----------------------------------------------------------------------------------
 
 _FAKE_NCU = """#!{python}
-# A stand-in for ncu: --query-metrics offers every metric but the tensor pipe's; a profiling run writes the plan
-# its child would (the child needs a GPU) and a report file; --import prints the CSV of that report
+# A stand-in for ncu: --query-metrics offers every metric but the tensor pipe's (or fails); a profiling run writes
+# the plan its child would (the child needs a GPU) and a report file; --import prints that report's raw page
 import json, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 import test_mla_profile as t
 argv = sys.argv[1:]
 if argv == ["--query-metrics"]:
+    if {query_fails}:
+        sys.exit(3)
     print("\\n".join(m.split(".")[0] for m in t.mp.METRICS if "tensor_op" not in m))
 elif argv[0] == "--import":
-    print(t.report(t.LAUNCHES))
+    print(t.raw_report(t.LAUNCHES))
 else:
     if {fail}:
         print("==ERROR== the profiled process failed", file=sys.stderr)
@@ -189,9 +226,10 @@ else:
 """
 
 
-def fake_ncu(tmp_path: Path, fail: bool = False) -> Path:
+def fake_ncu(tmp_path: Path, fail: bool = False, query_fails: bool = False) -> Path:
     ncu = tmp_path / "ncu"
-    ncu.write_text(_FAKE_NCU.format(python=sys.executable, tests=str(Path(__file__).parent), fail=fail))
+    here = str(Path(__file__).parent)
+    ncu.write_text(_FAKE_NCU.format(python=sys.executable, tests=here, fail=fail, query_fails=query_fails))
     ncu.chmod(ncu.stat().st_mode | stat.S_IEXEC)
     return ncu
 
@@ -213,7 +251,7 @@ def test_profile_writes_the_report_csv_summary_and_table_and_names_the_metrics_d
     assert summary["gpu"] == "NVIDIA H100 80GB HBM3" and summary["sm80_ptx"] is True
     assert [len(s["profiled"]) for s in summary["shapes"]] == [2, 1]
     assert (out / "mla_profile.ncu-rep").read_text() == "report"
-    assert (out / "mla_profile.csv").read_text().startswith("==PROF==")
+    assert (out / "mla_profile.csv").read_text().startswith('"ID"')
     assert (out / "mla_profile.md").read_text().startswith("| shape |")
     argv = json.loads((out / "argv.json").read_text())
     assert mp.FIELDS["tensor_pipe_pct"] not in argv[argv.index("--metrics") + 1]
@@ -221,6 +259,17 @@ def test_profile_writes_the_report_csv_summary_and_table_and_names_the_metrics_d
     assert child[1:3] == [str(Path(mp.__file__).resolve()), "launch"]
     assert child[child.index("--shape") + 1] == "GLM-5 TP1:64:1" and child[-1] == "--sm80-ptx"
     assert "_sparse_mla_kernel_split" in capsys.readouterr().out
+
+
+def test_where_the_metric_query_fails_only_the_sections_are_collected(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = mp.main(["profile", "--tree", str(kernel_tree(tmp_path)), "--out", str(out),
+                  "--ncu", str(fake_ncu(tmp_path, query_fails=True))])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    assert json.loads((out / "mla_profile.json").read_text())["metrics_not_offered"] == list(mp.METRICS)
+    argv = json.loads((out / "argv.json").read_text())
+    assert "--metrics" not in argv and argv.count("--section") == len(mp.SECTIONS)
+    assert "rc=3" in (out / "mla_profile.log").read_text()
 
 
 def test_a_failed_profiled_run_is_an_error_naming_the_log_and_writes_no_summary(tmp_path, capsys):
