@@ -18,12 +18,19 @@ git's pairs a removed line with added lines across a line the alignment keeps, t
 group in the composed file and refuses the entry. Same two images, so the same patch to `git apply`:
 
     python3 lab/candidates/candidate_patch.py rewrite PATCH --post NEW.py [--message MSG.txt]
+
+`new` writes a first candidate patch of a file the same way, from the file as the compose writes it; `trees --on T`
+writes both trees as copies of T with the patch's file replaced (a backend candidate beside a series entry's kernel):
+
+    python3 lab/candidates/candidate_patch.py new PATCH --path vllm/... --pre COMPOSED.py --post NEW.py --message MSG
+    python3 lab/candidates/candidate_patch.py trees PATCH --on .devkern/e45 --before .devkern/b0 --after .devkern/b1
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,11 +75,21 @@ def message_of(patch: Path) -> str:
     return f"{header.subject}\n\n{header.body.rstrip()}\n"
 
 
-def write_tree(root: Path, path: str, text: str) -> Path:
-    """A tree under `root` holding `path` as `text` and every other kernel module empty; returns `root`."""
+def write_tree(root: Path, path: str, text: str, on: Path | None = None) -> Path:
+    """A tree under `root` holding `path` as `text` and every kernel module it lacks empty; returns `root`. With
+    `on`, `root` is first a copy of that tree (a candidate of another file, e.g. the backend's, beside a series
+    entry's kernel), its `path` then replaced. Files already under `root` that these do not name are left as they
+    are."""
+    if on is not None:
+        if not on.is_dir():
+            raise CandidatePatchError(f"--on {on}: not a folder (a tree written by `trees`, or a composed tree)")
+        shutil.copytree(on, root, symlinks=True, dirs_exist_ok=True)
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(text)
     for module in KERNEL_MODULES:
-        (root / module).parent.mkdir(parents=True, exist_ok=True)
-        (root / module).write_text(text if module == path else "")
+        if not (root / module).exists():
+            (root / module).parent.mkdir(parents=True, exist_ok=True)
+            (root / module).write_text("")
     return root
 
 
@@ -80,6 +97,12 @@ def rewrite(patch: Path, post_image: str, message: str) -> str:
     """The patch's text with `post_image` as its new post-image and `message` (subject line, blank line, body) as its
     commit message: git format-patch of the change, one hunk over the whole file."""
     path, before, _ = images(patch)
+    return format_patch(path, before, post_image, message)
+
+
+def format_patch(path: str, before: str, post_image: str, message: str) -> str:
+    """A candidate patch of `path`, `before` -> `post_image`, with `message` as its commit message: git format-patch
+    of the change, one hunk over the whole file (the hunk the audit's alignment gives)."""
     env = {**os.environ, **GIT_ENV, "GIT_AUTHOR_NAME": AUTHOR[0], "GIT_AUTHOR_EMAIL": AUTHOR[1],
            "GIT_COMMITTER_NAME": AUTHOR[0], "GIT_COMMITTER_EMAIL": AUTHOR[1], "GIT_AUTHOR_DATE": DATE,
            "GIT_COMMITTER_DATE": DATE}  # fmt: skip
@@ -142,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     trees.add_argument("patch", type=Path)
     trees.add_argument("--before", type=Path, required=True)
     trees.add_argument("--after", type=Path, required=True)
+    trees.add_argument("--on", type=Path, help="a tree both are copies of, the patch's file then replaced")
+    fresh = sub.add_parser("new", help="a new candidate patch of one file: its pre-image, post-image and message")
+    fresh.add_argument("patch", type=Path)
+    fresh.add_argument("--path", required=True, help="the file's path in the tree, e.g. vllm/v1/attention/...")
+    fresh.add_argument("--pre", type=Path, required=True, help="the file as the compose writes it")
+    fresh.add_argument("--post", type=Path, required=True)
+    fresh.add_argument("--message", type=Path, required=True)
     again = sub.add_parser("rewrite", help="the patch written again from a new post-image and message")
     again.add_argument("patch", type=Path)
     again.add_argument("--post", type=Path, required=True)
@@ -151,19 +181,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "trees":
             path, before, after = images(args.patch)
             for root, text in ((args.before, before), (args.after, after)):
-                write_tree(root, path, text)
+                write_tree(root, path, text, on=args.on)
                 print(f"{root / path}: {text.count(chr(10))} lines")
             return 0
         post = args.post.read_text()
-        message = args.message.read_text() if args.message else message_of(args.patch)
-        text = rewrite(args.patch, post, message)
-        args.patch.write_text(text)
-        _, _, got = images(args.patch)
+        if args.command == "new":
+            if args.patch.exists():
+                raise CandidatePatchError(f"{args.patch} exists: `rewrite` changes a patch, `new` writes none over one")
+            text = format_patch(args.path, args.pre.read_text(), post, args.message.read_text())
+        else:
+            message = args.message.read_text() if args.message else message_of(args.patch)
+            text = rewrite(args.patch, post, message)
+        tmp = args.patch.with_name(args.patch.name + ".tmp")
+        tmp.write_text(text)
+        _, _, got = images(tmp)
         if got != post:
+            tmp.unlink()
             raise CandidatePatchError(f"{args.patch}: the written post-image does not read back as {args.post}")
-        print(f"{args.patch}: rewritten, post-image {args.post}")
+        os.replace(tmp, args.patch)
+        print(f"{args.patch}: {'written' if args.command == 'new' else 'rewritten'}, post-image {args.post}")
         return 0
-    except CandidatePatchError as exc:
+    except (CandidatePatchError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -64,6 +64,40 @@ def test_a_patch_of_several_hunks_is_refused(tmp_path, capsys):
     assert "does not start at line 1" in capsys.readouterr().err
 
 
+def test_new_writes_a_first_patch_of_any_file_and_refuses_to_write_over_one(tmp_path, capsys):
+    pre = _write(tmp_path / "pre.py", "a = 1\nb = 2\n")
+    post = _write(tmp_path / "post.py", "a = 1\nb = 3\nc = 4\n")
+    msg = _write(tmp_path / "msg", "backend: b is 3\n\nAnd c is 4.\n")
+    patch = tmp_path / "c.patch"
+    args = ["new", str(patch), "--path", "vllm/x/backend.py", "--pre", str(pre), "--post", str(post), "--message"]
+    assert cp.main([*args, str(msg)]) == 0
+    assert cp.images(patch) == ("vllm/x/backend.py", pre.read_text(), post.read_text())
+    assert cp.message_of(patch) == msg.read_text()
+    written = patch.read_text()
+    assert cp.main([*args, str(msg)]) == 1 and "exists" in capsys.readouterr().err
+    assert patch.read_text() == written and not list(tmp_path.glob("*.tmp"))
+
+
+def test_trees_on_a_base_tree_replace_only_the_patchs_file(tmp_path):
+    # a backend candidate beside a series entry's kernel: both trees are copies of the kernel's tree
+    assert cp.main(["trees", str(PATCH), "--before", str(tmp_path / "e0"), "--after", str(tmp_path / "e1")]) == 0
+    pre = _write(tmp_path / "pre.py", "warm = 1\n")
+    post = _write(tmp_path / "post.py", "warm = 2\n")
+    patch = tmp_path / "b.patch"
+    backend = "vllm/v1/attention/backends/mla/triton_mla_sparse.py"
+    assert cp.main(["new", str(patch), "--path", backend, "--pre", str(pre), "--post", str(post), "--message",
+                    str(_write(tmp_path / "m", "s\n\nb\n"))]) == 0  # fmt: skip
+    base = tmp_path / "e1"
+    assert cp.main(["trees", str(patch), "--on", str(base), "--before", str(tmp_path / "b"), "--after",
+                    str(tmp_path / "a")]) == 0  # fmt: skip
+    for root, text in ((tmp_path / "b", "warm = 1\n"), (tmp_path / "a", "warm = 2\n")):
+        assert (root / backend).read_text() == text
+        assert (root / KERNEL).read_text() == (base / KERNEL).read_text() == cp.images(PATCH)[2]  # kept, not emptied
+    assert (base / backend).exists() is False  # the base tree is not written
+    assert cp.main(["trees", str(patch), "--on", str(tmp_path / "none"), "--before", str(tmp_path / "x"), "--after",
+                    str(tmp_path / "y")]) == 1  # fmt: skip
+
+
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
