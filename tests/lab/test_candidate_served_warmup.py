@@ -125,3 +125,68 @@ def test_a_count_the_policy_never_gives_is_tuned_at_one_row(tmp_path, kernel):
     mod._choose_num_kv_splits = lambda rows, groups, topk, sm: 16 if rows < 4 else 1  # 2, 4 and 8 never
     warm = mst.load_warmup(candidate, mod)
     assert warm.namespace["_warmup_rows"](64, 2048, 132) == {1: 4, 2: 1, 4: 1, 8: 1, 16: 1}
+
+
+# --- both warm-ups through entry 0045's kernel itself, in Triton's interpreter ----------------------------------------
+
+#: run in a subprocess (the interpreter must be on before the kernels are decorated): each warm-up against the real
+#: kernel module, its calls recorded (rows, splits) with their outputs' shape and finiteness. 20 heads (two head
+#: groups of 16, the second partly masked), top-k 64, 8 SMs; the split policy's least indices a split cut to 16 so
+#: that top-k 64 splits up to 4 ways (the module attribute is read at each call)
+_INTERPRETED = """
+import json, sys
+from pathlib import Path
+repo = Path(sys.argv[1])
+sys.path[:0] = [str(repo / "tests"), str(repo / "benchmarks"), str(repo / "lab" / "device"), str(repo / "lab" / "candidates")]
+import torch
+import candidate_patch as cp
+import dsa_kernels_interpreted as di
+import mla_served_tuning as mst
+from kernel_offsets import install_vllm_shim
+di._widen_bf16_dot_operands(); di._scalar_loop_bounds()
+path, _, after = cp.images(repo / "series/patches/0045-perf-triton-mla-sparse-merge-one-warp.patch")
+mod = install_vllm_shim(cp.write_tree(Path(sys.argv[2]) / "t", path, after))["triton_mla_sparse_kernel"]
+di._first_config_only(mod)
+mod._MIN_TOPK_PER_SPLIT = 16
+real = mod.triton_mla_sparse_attention
+out = {}
+for name, text in zip(("composed", "candidate"), cp.images(repo / sys.argv[3])[1:]):
+    backend = Path(sys.argv[2]) / f"{name}.py"
+    backend.write_text(text)
+    calls = []
+    def attention(q, kv, indices, sm_scale, num_kv_splits=None, sm_count=None):
+        o = real(q, kv, indices, sm_scale, num_kv_splits=num_kv_splits, sm_count=sm_count)
+        calls.append({"rows": q.shape[0], "splits": num_kv_splits, "out": list(o.shape),
+                      "finite": bool(torch.isfinite(o.float()).all())})
+        return o
+    mod.triton_mla_sparse_attention = attention
+    warm = mst.load_warmup(backend, mod)
+    warm(mst.impl_self(torch, 20, 64, 8, "cpu"), mst.INDEXER)
+    out[name] = {"calls": calls, "rows_for": {str(k): v for k, v in
+                 (warm.namespace["_warmup_rows"](20, 64, 8).items() if "_warmup_rows" in warm.namespace else [])}}
+    mod.triton_mla_sparse_attention = real
+print(json.dumps(out))
+"""
+
+
+def test_both_warm_ups_run_through_entry_0045s_kernel_in_the_interpreter(tmp_path):
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-c", _INTERPRETED, str(REPO), str(tmp_path), str(PATCH.relative_to(REPO))]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    composed, candidate = got["composed"], got["candidate"]
+    assert [(c["rows"], c["splits"]) for c in composed["calls"]] == [(1, 1), (1, 2), (1, 4), (1, 8), (1, 16)]
+    # at 8 SMs (a grid of 12 programs fills 1.5x) and two head groups: 4 splits at 1-2 rows, 2 at 3-5, one pass
+    # from 6; 8 and 16 splits are never given at a top-k of 64 and 16 indices a split at least, so one row each
+    assert candidate["rows_for"] == {"1": 6, "2": 3, "4": 1, "8": 1, "16": 1}
+    assert [(c["rows"], c["splits"]) for c in candidate["calls"]] == [(6, 1), (3, 2), (1, 4), (1, 8), (1, 16)]
+    for c in composed["calls"] + candidate["calls"]:
+        assert c["out"] == [c["rows"], 20, 512], c
+    # the candidate's query and latents are zeros; the composed warm-up's are torch.empty (whatever the memory held),
+    # so its outputs need not be finite and are not checked
+    assert all(c["finite"] for c in candidate["calls"])
