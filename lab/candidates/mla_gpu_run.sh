@@ -30,22 +30,7 @@ PATCH=${PATCH:-series/patches/0044-perf-triton-mla-sparse-one-gather-tile.patch}
 BASE_PATCH=${BASE_PATCH:-}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 
-# run NAME CAP CMD...: CMD under min(CAP, seconds left), its output in $OUT/NAME.log and on stdout; its exit status
-# (124: cut by the timeout) in $OUT/phases.txt
-run() {
-  local name=$1 cap=$2 left=$((DEADLINE - SECONDS))
-  shift 2
-  if ((left < 20)); then
-    echo "$name skipped: ${left}s left" | tee -a "$OUT/phases.txt"
-    return 1
-  fi
-  ((cap > left)) && cap=$left
-  local start=$SECONDS
-  timeout "$cap" "$@" 2>&1 | tee "$OUT/$name.log"
-  local rc=${PIPESTATUS[0]}
-  echo "$name rc=$rc ${cap}s cap, took $((SECONDS - start))s" | tee -a "$OUT/phases.txt"
-  return "$rc"
-}
+source lab/candidates/phases.sh  # run NAME CAP CMD...
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$OUT/gpu.txt" 2>&1

@@ -314,8 +314,8 @@ def test_the_gpu_run_builds_the_trees_sweeps_decides_and_checks_the_winner(tmp_p
     if shutil.which("bash") is None or shutil.which("timeout") is None:
         pytest.skip("no bash or timeout")
     repo = tmp_path / "repo"
-    for rel in ("lab/candidates/mla_gpu_run.sh", "lab/candidates/candidate_patch.py", "lab/candidates/mla_decide.py",
-                "series/patches/0044-perf-triton-mla-sparse-one-gather-tile.patch"):  # fmt: skip
+    for rel in ("lab/candidates/mla_gpu_run.sh", "lab/candidates/phases.sh", "lab/candidates/candidate_patch.py",
+                "lab/candidates/mla_decide.py", "series/patches/0044-perf-triton-mla-sparse-one-gather-tile.patch"):  # fmt: skip
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, repo / rel)
     _write_mkdirs(repo / "benchmarks/dsa_kernels.py", FAKE_BENCH)
@@ -388,3 +388,88 @@ def test_the_oracle_script_checks_each_head_count_and_split_count_it_is_given(mo
         "sparse_mla_h128_fault_shifted",
     ]  # fmt: skip
     assert all(v["passed"] == ("fault" not in k) for k, v in out.items()), out
+
+
+# --- mla_probe_run.sh with stand-ins -----------------------------------------------------------------------------
+
+#: the served-tuning, floor and profile scripts' stand-in: records its arguments and writes its --out
+FAKE_PROBE = """
+import json, os, sys
+from pathlib import Path
+name = Path(sys.argv[0]).stem
+args = sys.argv[1:]
+Path(os.environ["OUT"], f"{name}_args.json").write_text(json.dumps(args))
+out = Path(args[args.index("--out") + 1])
+if name == "mla_profile":
+    out.mkdir(parents=True)
+    (out / "mla_profile.json").write_text("{}")
+else:
+    out.write_text("{}")
+"""
+
+
+def probe_repo(tmp_path: Path) -> tuple[Path, dict]:
+    repo = tmp_path / "repo"
+    for rel in ("lab/candidates/mla_probe_run.sh", "lab/candidates/phases.sh", "lab/candidates/candidate_patch.py",
+                "series/patches/0045-perf-triton-mla-sparse-merge-one-warp.patch",
+                "lab/candidates/perf-triton-mla-sparse-warmup-decode-shapes.patch"):  # fmt: skip
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, repo / rel)
+    for rel in ("benchmarks/mla_served_tuning.py", "benchmarks/mla_decode_floor.py", "lab/candidates/mla_profile.py"):
+        _write_mkdirs(repo / rel, FAKE_PROBE)
+    bin_dir = tmp_path / "bin"
+    _write_mkdirs(bin_dir / "python3", f'#!/bin/sh\nexec {sys.executable} "$@"\n').chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
+           "PYTHONPATH": str(REPO / "src")}  # fmt: skip
+    return repo, env
+
+
+def test_the_probe_builds_the_three_trees_runs_each_phase_and_leaves_one_archive(tmp_path):
+    import tarfile
+
+    if shutil.which("bash") is None or shutil.which("timeout") is None:
+        pytest.skip("no bash or timeout")
+    repo, env = probe_repo(tmp_path)
+    out = Path(env["OUT"])
+    proc = subprocess.run(["bash", str(repo / "lab/candidates/mla_probe_run.sh")], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["phases.txt", "probe.tgz"]
+    phases = [line.split()[0] for line in (out / "phases.txt").read_text().splitlines()]
+    assert phases == ["trees", "served", "floor", "profile", "done"]
+    with tarfile.open(out / "probe.tgz") as tar:
+        names = {Path(n).as_posix().removeprefix("./") for n in tar.getnames()}
+        args = {s: json.loads(tar.extractfile(f"./{s}_args.json").read()) for s in
+                ("mla_served_tuning", "mla_decode_floor", "mla_profile")}  # fmt: skip
+    assert {"mla_served_tuning_sm80.json", "mla_floor_sm80.json", "profile/mla_profile.json", "gpu.txt"} <= names
+    assert args["mla_served_tuning"][:4] == ["--tree", ".devkern/served", "--tree", ".devkern/warm"]
+    assert args["mla_profile"][:3] == ["profile", "--tree", ".devkern/e45"] and "--sm80-ptx" in args["mla_profile"]
+    timeout_s = int(args["mla_profile"][args["mla_profile"].index("--timeout-s") + 1])
+    assert 30 <= timeout_s < 570
+    # the trees: entry 0045's kernel in all three, the backend as composed in `served` and the candidate's in `warm`
+    trees = repo / ".devkern"
+    backend = "vllm/v1/attention/backends/mla/triton_mla_sparse.py"
+    _, composed, candidate = cp.images(repo / "lab/candidates/perf-triton-mla-sparse-warmup-decode-shapes.patch")
+    assert (trees / "served" / backend).read_text() == composed and (trees / "warm" / backend).read_text() == candidate
+    _, _, e45 = cp.images(repo / "series/patches/0045-perf-triton-mla-sparse-merge-one-warp.patch")
+    assert all((trees / t / KERNEL).read_text() == e45 for t in ("e45", "served", "warm"))
+
+
+def test_the_probe_skips_what_it_is_told_to_and_packs_what_a_failed_start_left(tmp_path):
+    if shutil.which("bash") is None or shutil.which("timeout") is None:
+        pytest.skip("no bash or timeout")
+    repo, env = probe_repo(tmp_path)
+    out = Path(env["OUT"])
+    proc = subprocess.run(["bash", str(repo / "lab/candidates/mla_probe_run.sh")], env={**env, "SERVED": "0",
+                          "PROFILE": "0"}, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [line.split()[0] for line in (out / "phases.txt").read_text().splitlines()] == ["trees", "floor", "done"]
+    for p in out.iterdir():
+        p.unlink()
+    proc = subprocess.run(["bash", str(repo / "lab/candidates/mla_probe_run.sh")], env={**env, "WARM": "no.patch"},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1
+    assert sorted(p.name for p in out.iterdir()) == ["phases.txt", "probe.tgz"]
+    assert (out / "phases.txt").read_text().startswith("trees rc=1")
