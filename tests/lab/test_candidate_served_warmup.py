@@ -27,17 +27,14 @@ PATCH = REPO / "lab" / "candidates" / "perf-triton-mla-sparse-warmup-decode-shap
 ENTRY_0045 = REPO / "series" / "patches" / "0045-perf-triton-mla-sparse-merge-one-warp.patch"
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    """Entry 0045's kernel module (the compose's at v0.26.0), through the kernel shim."""
-    import tempfile
-
+@pytest.fixture
+def kernel(tmp_path, no_lasting_stand_in):
+    """Entry 0045's kernel module (the compose's at v0.26.0), through the kernel shim (taken out of sys.modules
+    after the test)."""
     from kernel_offsets import install_vllm_shim
 
     path, _, after = cp.images(ENTRY_0045)
-    with tempfile.TemporaryDirectory() as tmp:
-        mods = install_vllm_shim(cp.write_tree(Path(tmp), path, after))
-    return mods["triton_mla_sparse_kernel"]
+    return install_vllm_shim(cp.write_tree(tmp_path / "kernel-tree", path, after))["triton_mla_sparse_kernel"]
 
 
 def backends(tmp_path: Path) -> tuple[Path, Path]:

@@ -308,7 +308,7 @@ def test_summarize_reads_a_saved_csv_and_plan_and_refuses_a_plan_it_cannot_read(
 # --- the plan entry 0045's kernel makes -----------------------------------------------------------------------------
 
 
-def test_entry_0045_splits_one_row_and_runs_64_rows_single_pass_at_the_default_shapes(tmp_path):
+def test_entry_0045_splits_one_row_and_runs_64_rows_single_pass_at_the_default_shapes(tmp_path, no_lasting_stand_in):
     pytest.importorskip("triton")
     sys.path[:0] = [str(REPO / "lab" / "device"), str(REPO / "benchmarks")]
     import candidate_patch as cp
