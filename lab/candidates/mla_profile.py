@@ -15,7 +15,7 @@ issued instruction.
 for this GPU (a metric ncu does not know would end its run; the ones left out are named in the summary), then runs
 this script's `launch` under `ncu --profile-from-start off`: each shape's call runs once outside the profiled range
 (compile, autotune), then once inside it. The report is kept (`mla_profile.ncu-rep`), imported as CSV (`ncu --import
---csv --page raw --print-units base`) and summarized. `summarize` does the last step again on a saved CSV, without a
+--csv --page raw --print-units base`; the details page where the raw one cannot be read) and summarized. `summarize` does the last step again on a saved CSV, without a
 GPU. A launch's kernel must be the one the plan says (`launch` writes it from the kernel's own launch rules): a
 report whose launches do not line up is refused, never matched by position alone.
 
@@ -220,6 +220,11 @@ def parse_report(text: str) -> list[dict]:
             if not long and not launches:  # the raw page's units row
                 units = {k: (v or "").strip() for k, v in row.items() if k is not None}
             continue
+        if not long and not units:
+            raise ProfileError(
+                "ncu's raw CSV has no units row after its header: its values' units (ns or us, bytes or KB) are "
+                "unknown; read the details page instead (`--page details`)"
+            )
         launch = launches.setdefault(row["ID"], {"id": row["ID"], "kernel": row["Kernel Name"], "metrics": {},
                                                  "units": {}})  # fmt: skip
         if long:
@@ -342,8 +347,8 @@ def ncu_command(ncu: str, report: Path, metrics, child: list[str]) -> list[str]:
     ]
 
 
-def import_command(ncu: str, report: Path) -> list[str]:
-    return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
+def import_command(ncu: str, report: Path, page: str = "raw") -> list[str]:
+    return [ncu, "--import", str(report), "--csv", "--page", page, "--print-units", "base"]
 
 
 # --- the GPU side ---------------------------------------------------------------------------------------------------
@@ -420,13 +425,24 @@ def profile(tree: Path, out: Path, shapes, sm80_ptx: bool, ncu: str, timeout: fl
     run = _run(ncu_command(ncu, report, kept, child), timeout, log)
     if run.returncode != 0 or not plan_path.exists():
         raise ProfileError(f"the profiled run failed (rc {run.returncode}); ncu's output is in {log}")
-    imported = _run(import_command(ncu, report.with_suffix(".ncu-rep")), 120, log)
-    if imported.returncode != 0:
-        raise ProfileError(f"`ncu --import` failed (rc {imported.returncode}); see {log}")
-    csv_path = out / "mla_profile.csv"
-    _write_atomically(csv_path, imported.stdout)
     doc = load_plan(plan_path)
-    summary = summarize(parse_report(imported.stdout), doc["plan"], doc.get("gpu"))
+    launches, why = None, []
+    # the raw page (every collected metric by its name), else the details page (a unit on every row)
+    for page, name in (("raw", "mla_profile.csv"), ("details", "mla_profile_details.csv")):
+        imported = _run(import_command(ncu, report.with_suffix(".ncu-rep"), page), 120, log)
+        if imported.returncode != 0:
+            why.append(f"--page {page}: `ncu --import` rc {imported.returncode}")
+            continue
+        _write_atomically(out / name, imported.stdout)
+        try:
+            launches = parse_report(imported.stdout)
+            break
+        except ProfileError as exc:
+            why.append(f"--page {page}: {exc}")
+    if launches is None:
+        raise ProfileError(f"the report could not be read back ({'; '.join(why)}); see {log}")
+    summary = summarize(launches, doc["plan"], doc.get("gpu"))
+    summary["read_from"] = page
     summary.update(metrics_not_offered=dropped, sm80_ptx=sm80_ptx, tree=str(tree))
     write_summary(summary, out / "mla_profile.json")
     return summary

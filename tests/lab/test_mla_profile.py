@@ -43,14 +43,16 @@ def report(launches: list[tuple[str, dict]]) -> str:
     return buf.getvalue()
 
 
-def raw_report(launches: list[tuple[str, dict]]) -> str:
-    """The same launches in the raw page's layout: one column a metric (every launch's, in first-seen order)."""
+def raw_report(launches: list[tuple[str, dict]], units_row: bool = True) -> str:
+    """The same launches in the raw page's layout: one column a metric (every launch's, in first-seen order), the
+    units in the row after the header unless `units_row` is False."""
     names = list(dict.fromkeys(name for _, values in launches for name in values))
     units = {name: unit for _, values in launches for name, (unit, _) in values.items()}
     buf = io.StringIO()
     w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
     w.writerow(COLUMNS[:11] + names)
-    w.writerow([""] * 11 + [units[n] for n in names])
+    if units_row:
+        w.writerow([""] * 11 + [units[n] for n in names])
     for i, (kernel, values) in enumerate(launches):
         head = [str(i), "4242", "python3", "127.0.0.1", kernel, "1", "7", "(128, 1, 1)", "(1, 4, 16)", "0", "9.0"]
         w.writerow(head + [values[n][1] if n in values else "" for n in names])
@@ -130,6 +132,22 @@ def test_the_raw_page_reads_back_as_the_details_page_does():
     assert raw[1]["metrics"][mp.FIELDS["registers"]] is None
 
 
+def test_a_raw_page_without_its_units_row_is_refused_not_read_in_unknown_units():
+    with pytest.raises(mp.ProfileError, match="no units row"):
+        mp.parse_report(raw_report(LAUNCHES, units_row=False))
+
+
+def test_profile_reads_the_details_page_where_the_raw_page_cannot_be_read(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = mp.main(["profile", "--tree", str(kernel_tree(tmp_path)), "--out", str(out),
+                  "--ncu", str(fake_ncu(tmp_path, units_row=False))])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads((out / "mla_profile.json").read_text())
+    assert summary["read_from"] == "details"
+    assert summary["shapes"][0]["profiled"][0]["us"] == pytest.approx(11.2)  # 11,200 ns, by the details page's unit
+    assert (out / "mla_profile.csv").exists() and (out / "mla_profile_details.csv").exists()
+
+
 def test_a_csv_without_the_columns_read_is_refused_naming_them():
     with pytest.raises(mp.ProfileError, match="not an `ncu --import --csv` report"):
         mp.parse_report("==PROF== nothing profiled\n")
@@ -203,7 +221,8 @@ def test_the_profiling_command_profiles_only_the_childs_range_and_the_sparse_mla
 
 _FAKE_NCU = """#!{python}
 # A stand-in for ncu: --query-metrics offers every metric but the tensor pipe's (or fails); a profiling run writes
-# the plan its child would (the child needs a GPU) and a report file; --import prints that report's raw page
+# the plan its child would (the child needs a GPU) and a report file; --import prints that report's raw page (without
+# its units row where asked) or its details page
 import json, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
@@ -214,7 +233,8 @@ if argv == ["--query-metrics"]:
         sys.exit(3)
     print("\\n".join(m.split(".")[0] for m in t.mp.METRICS if "tensor_op" not in m))
 elif argv[0] == "--import":
-    print(t.raw_report(t.LAUNCHES))
+    page = argv[argv.index("--page") + 1]
+    print(t.raw_report(t.LAUNCHES, units_row={units_row}) if page == "raw" else t.report(t.LAUNCHES))
 else:
     if {fail}:
         print("==ERROR== the profiled process failed", file=sys.stderr)
@@ -226,10 +246,12 @@ else:
 """
 
 
-def fake_ncu(tmp_path: Path, fail: bool = False, query_fails: bool = False) -> Path:
+def fake_ncu(tmp_path: Path, fail: bool = False, query_fails: bool = False, units_row: bool = True) -> Path:
     ncu = tmp_path / "ncu"
     here = str(Path(__file__).parent)
-    ncu.write_text(_FAKE_NCU.format(python=sys.executable, tests=here, fail=fail, query_fails=query_fails))
+    ncu.write_text(
+        _FAKE_NCU.format(python=sys.executable, tests=here, fail=fail, query_fails=query_fails, units_row=units_row)
+    )
     ncu.chmod(ncu.stat().st_mode | stat.S_IEXEC)
     return ncu
 
@@ -248,7 +270,7 @@ def test_profile_writes_the_report_csv_summary_and_table_and_names_the_metrics_d
     assert rc == 0, capsys.readouterr().err
     summary = json.loads((out / "mla_profile.json").read_text())
     assert summary["metrics_not_offered"] == [mp.FIELDS["tensor_pipe_pct"]]
-    assert summary["gpu"] == "NVIDIA H100 80GB HBM3" and summary["sm80_ptx"] is True
+    assert summary["gpu"] == "NVIDIA H100 80GB HBM3" and summary["sm80_ptx"] is True and summary["read_from"] == "raw"
     assert [len(s["profiled"]) for s in summary["shapes"]] == [2, 1]
     assert (out / "mla_profile.ncu-rep").read_text() == "report"
     assert (out / "mla_profile.csv").read_text().startswith('"ID"')
