@@ -7,8 +7,13 @@
 # Phases, in order, each under a timeout cut to what is left of DEADLINE (570) seconds:
 #   trees    entry 0045's kernel (e45, from ENTRY's images) and, as copies of it, the backend as composed (served)
 #            and as the warm-up candidate WARM writes it (warm)
-#   served   benchmarks/mla_served_tuning.py on served and warm: each decode shape at the configs each warm-up picks,
-#            beside configs tuned at the shape (SERVED=0 skips it)
+#            with KEY and KEY_WARM (a kernel candidate on e45 and a backend candidate beside it), the tree of both
+#            (bucket)
+#   served   benchmarks/mla_served_tuning.py on served and warm (and bucket): each decode shape at the configs each
+#            warm-up picks, beside configs tuned at the shape (SERVED=0 skips it)
+#   oracle   with KEY: lab/device/oracle_kernels.py on bucket's kernel at 64 and 128 heads, 1-16 splits and its own
+#            choice, and its planted fault
+#   offsets  with KEY: lab/device/kernel_offsets.py on bucket's kernel past 2**31 elements at 1-16 splits
 #   floor    benchmarks/mla_decode_floor.py: launches, gathers, partial-row reads, a head group's partials read by one
 #            program (FLOOR=0 skips it)
 #   profile  lab/candidates/mla_profile.py on e45 under ncu (PROFILE=0 skips it)
@@ -22,6 +27,8 @@ T=.devkern
 K=lab/candidates
 ENTRY=${ENTRY:-series/patches/0045-perf-triton-mla-sparse-merge-one-warp.patch}
 WARM=${WARM:-$K/perf-triton-mla-sparse-warmup-decode-shapes.patch}
+KEY=${KEY:-}
+KEY_WARM=${KEY_WARM:-}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 
 source $K/phases.sh  # run NAME CAP CMD...
@@ -35,13 +42,26 @@ pack() {
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >>"$OUT/gpu.txt" 2>&1
 
-rm -rf "$T/e44" "$T/e45" "$T/served" "$T/warm"
-run trees 60 bash -c "python3 $K/candidate_patch.py trees '$ENTRY' --before '$T/e44' --after '$T/e45' && \
-  python3 $K/candidate_patch.py trees '$WARM' --on '$T/e45' --before '$T/served' --after '$T/warm'" || { pack; exit 1; }
+rm -rf "$T/e44" "$T/e45" "$T/served" "$T/warm" "$T/key" "$T/key-before" "$T/bucket" "$T/bucket-before"
+TREES="python3 $K/candidate_patch.py trees '$ENTRY' --before '$T/e44' --after '$T/e45' && \
+  python3 $K/candidate_patch.py trees '$WARM' --on '$T/e45' --before '$T/served' --after '$T/warm'"
+SERVED_TREES=(--tree "$T/served" --tree "$T/warm")
+if [ -n "$KEY" ]; then
+  TREES="$TREES && python3 $K/candidate_patch.py trees '$KEY' --on '$T/e45' --before '$T/key-before' --after '$T/key' \
+    && python3 $K/candidate_patch.py trees '$KEY_WARM' --on '$T/key' --before '$T/bucket-before' --after '$T/bucket'"
+  SERVED_TREES+=(--tree "$T/bucket")
+fi
+run trees 60 bash -c "$TREES" || { pack; exit 1; }
 
 if [ "${SERVED:-1}" = 1 ]; then
-  run served 300 python3 benchmarks/mla_served_tuning.py --tree "$T/served" --tree "$T/warm" --sm80-ptx \
+  run served 330 python3 benchmarks/mla_served_tuning.py "${SERVED_TREES[@]}" --sm80-ptx \
     --out "$OUT/mla_served_tuning_sm80.json"
+fi
+if [ -n "$KEY" ]; then
+  run oracle 90 python3 lab/device/oracle_kernels.py --tree "$T/bucket" --sparse-mla-only --mla-heads 64,128 \
+    --mla-splits 1,2,4,8,16,auto --sm80-ptx --out "$OUT/oracle_mla_bucket_sm80.json"
+  run offsets 150 python3 lab/device/kernel_offsets.py --tree "$T/bucket" --case sparse_mla:low \
+    --case sparse_mla:high --mla-splits 1,2,4,8,16 --sm80-ptx --out "$OUT/kernel_offsets_mla_bucket_sm80.json"
 fi
 if [ "${FLOOR:-1}" = 1 ]; then
   run floor 90 python3 benchmarks/mla_decode_floor.py --sm80-ptx --out "$OUT/mla_floor_sm80.json"

@@ -107,16 +107,16 @@ FIELDS = {
 }
 METRICS = tuple(FIELDS.values()) + tuple(STALL_METRIC.format(s) for s in STALLS)
 
-#: unit -> factor to the summary's unit (bytes, microseconds); every other unit is taken as it is
+#: unit -> factor to the summary's unit (bytes, microseconds); every other unit is taken as it is. ncu names a unit
+#: in words on its details page ("nsecond") and by its symbol under `--print-units base` ("ns")
+_TIME_SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3,
+               "s": 1e6}  # fmt: skip
 _SCALE = {
     "byte": 1.0,
     "Kbyte": 1e3,
     "Mbyte": 1e6,
     "Gbyte": 1e9,
-    "nsecond": 1e-3,
-    "usecond": 1.0,
-    "msecond": 1e3,
-    "second": 1e6,
+    **_TIME_SCALE,
 }
 #: the columns each layout of ncu's CSV must have (`parse_report`)
 _LAUNCH_COLUMNS = ("ID", "Kernel Name")
@@ -188,7 +188,7 @@ def _number(text: str) -> float | None:
 def _scaled(value: float | None, unit: str) -> tuple[float | None, str]:
     """A value in bytes or microseconds where its unit is one of `_SCALE`'s; otherwise as ncu gave it."""
     if value is not None and unit in _SCALE:
-        return value * _SCALE[unit], ("usecond" if unit.endswith("second") else "byte")
+        return value * _SCALE[unit], ("usecond" if unit in _TIME_SCALE else "byte")
     return value, unit
 
 

@@ -408,14 +408,19 @@ else:
 """
 
 
+ROWS_KEY = "lab/candidates/perf-triton-mla-sparse-rows-in-tuning-key.patch"
+ROWS_KEY_WARM = "lab/candidates/perf-triton-mla-sparse-warmup-rows-buckets.patch"
+
+
 def probe_repo(tmp_path: Path) -> tuple[Path, dict]:
     repo = tmp_path / "repo"
     for rel in ("lab/candidates/mla_probe_run.sh", "lab/candidates/phases.sh", "lab/candidates/candidate_patch.py",
                 "series/patches/0045-perf-triton-mla-sparse-merge-one-warp.patch",
-                "lab/candidates/perf-triton-mla-sparse-warmup-decode-shapes.patch"):  # fmt: skip
+                "lab/candidates/perf-triton-mla-sparse-warmup-decode-shapes.patch", ROWS_KEY, ROWS_KEY_WARM):  # fmt: skip
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, repo / rel)
-    for rel in ("benchmarks/mla_served_tuning.py", "benchmarks/mla_decode_floor.py", "lab/candidates/mla_profile.py"):
+    for rel in ("benchmarks/mla_served_tuning.py", "benchmarks/mla_decode_floor.py", "lab/candidates/mla_profile.py",
+                "lab/device/oracle_kernels.py", "lab/device/kernel_offsets.py"):  # fmt: skip
         _write_mkdirs(repo / rel, FAKE_PROBE)
     bin_dir = tmp_path / "bin"
     _write_mkdirs(bin_dir / "python3", f'#!/bin/sh\nexec {sys.executable} "$@"\n').chmod(0o755)
@@ -473,3 +478,31 @@ def test_the_probe_skips_what_it_is_told_to_and_packs_what_a_failed_start_left(t
     assert proc.returncode == 1
     assert sorted(p.name for p in out.iterdir()) == ["phases.txt", "probe.tgz"]
     assert (out / "phases.txt").read_text().startswith("trees rc=1")
+
+
+def test_with_a_key_candidate_the_probe_serves_its_tree_and_runs_the_oracle_and_offsets_on_it(tmp_path):
+    import tarfile
+
+    if shutil.which("bash") is None or shutil.which("timeout") is None:
+        pytest.skip("no bash or timeout")
+    repo, env = probe_repo(tmp_path)
+    out = Path(env["OUT"])
+    env = {**env, "KEY": ROWS_KEY, "KEY_WARM": ROWS_KEY_WARM, "FLOOR": "0", "PROFILE": "0"}
+    proc = subprocess.run(["bash", str(repo / "lab/candidates/mla_probe_run.sh")], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    phases = [line.split()[0] for line in (out / "phases.txt").read_text().splitlines()]
+    assert phases == ["trees", "served", "oracle", "offsets", "done"]
+    with tarfile.open(out / "probe.tgz") as tar:
+        args = {s: json.loads(tar.extractfile(f"./{s}_args.json").read()) for s in
+                ("mla_served_tuning", "oracle_kernels", "kernel_offsets")}  # fmt: skip
+    assert args["mla_served_tuning"][:6] == ["--tree", ".devkern/served", "--tree", ".devkern/warm", "--tree",
+                                             ".devkern/bucket"]  # fmt: skip
+    for script in ("oracle_kernels", "kernel_offsets"):
+        assert args[script][:2] == ["--tree", ".devkern/bucket"] and "--sm80-ptx" in args[script], script
+    assert "1,2,4,8,16,auto" in args["oracle_kernels"] and "1,2,4,8,16" in args["kernel_offsets"]
+    # the tree: the key candidate's kernel (on entry 0045's) and the warm-up candidate's backend
+    bucket = repo / ".devkern" / "bucket"
+    k_path, _, kernel = cp.images(repo / ROWS_KEY)
+    b_path, _, backend = cp.images(repo / ROWS_KEY_WARM)
+    assert (bucket / k_path).read_text() == kernel and (bucket / b_path).read_text() == backend

@@ -119,6 +119,18 @@ def test_the_csv_reads_back_in_bytes_and_microseconds_past_ncus_messages():
     assert mp._scaled(1.5, "Mbyte") == (1.5e6, "byte") and mp._scaled(61.5, "%") == (61.5, "%")
 
 
+def test_the_base_units_ncu_prints_by_symbol_read_back_as_its_words_do():
+    """`--print-units base` names time by symbol ("ns"), as the H100's ncu printed it; 13,920 ns is 13.92 us, not
+    13,920 us."""
+    symbols = [(k, {n: ({"nsecond": "ns"}.get(u, u), v) for n, (u, v) in values.items()}) for k, values in LAUNCHES]
+    by_symbol, by_word = mp.parse_report(raw_report(symbols)), mp.parse_report(raw_report(LAUNCHES))
+    assert [x["metrics"] for x in by_symbol] == [x["metrics"] for x in by_word]
+    assert by_symbol[0]["metrics"][mp.FIELDS["us"]] == pytest.approx(11.2)
+    assert by_symbol[0]["units"][mp.FIELDS["us"]] == "usecond"
+    assert mp._scaled(2.0, "ms") == (2000.0, "usecond") and mp._scaled(3.0, "s") == (3e6, "usecond")
+    assert mp._scaled(5.0, "byte/s") == (5.0, "byte/s")  # a rate is not a time: taken as it is
+
+
 def test_the_raw_page_reads_back_as_the_details_page_does():
     raw, details = mp.parse_report(raw_report(LAUNCHES)), mp.parse_report(report(LAUNCHES))
     assert [x["kernel"] for x in raw] == [mp.SPLIT, mp.MERGE, mp.FINAL]
