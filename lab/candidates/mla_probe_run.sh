@@ -29,6 +29,11 @@ ENTRY=${ENTRY:-series/patches/0045-perf-triton-mla-sparse-merge-one-warp.patch}
 WARM=${WARM:-$K/perf-triton-mla-sparse-warmup-decode-shapes.patch}
 KEY=${KEY:-}
 KEY_WARM=${KEY_WARM:-}
+if { [ -n "$KEY" ] && [ -z "$KEY_WARM" ]; } || { [ -z "$KEY" ] && [ -n "$KEY_WARM" ]; }; then
+  echo "KEY and KEY_WARM go together (a kernel candidate on entry 0045 and the backend candidate for it); got" \
+    "KEY='$KEY' KEY_WARM='$KEY_WARM'" | tee -a "$OUT/phases.txt" >&2
+  exit 2
+fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 
 source $K/phases.sh  # run NAME CAP CMD...

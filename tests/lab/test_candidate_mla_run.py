@@ -506,3 +506,16 @@ def test_with_a_key_candidate_the_probe_serves_its_tree_and_runs_the_oracle_and_
     k_path, _, kernel = cp.images(repo / ROWS_KEY)
     b_path, _, backend = cp.images(repo / ROWS_KEY_WARM)
     assert (bucket / k_path).read_text() == kernel and (bucket / b_path).read_text() == backend
+
+
+def test_a_key_candidate_without_its_warm_up_is_refused_before_anything_runs(tmp_path):
+    if shutil.which("bash") is None or shutil.which("timeout") is None:
+        pytest.skip("no bash or timeout")
+    repo, env = probe_repo(tmp_path)
+    out = Path(env["OUT"])
+    for extra in ({"KEY": ROWS_KEY}, {"KEY_WARM": ROWS_KEY_WARM}):
+        proc = subprocess.run(["bash", str(repo / "lab/candidates/mla_probe_run.sh")], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert proc.returncode == 2 and "KEY and KEY_WARM go together" in proc.stderr, proc.stderr
+        assert not (repo / ".devkern").exists() and [p.name for p in out.iterdir()] == ["phases.txt"]
+        (out / "phases.txt").unlink()
