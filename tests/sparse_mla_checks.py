@@ -75,3 +75,15 @@ def interpreted_runs(tmp: Path, texts: dict[str, str], heads) -> dict[str, dict]
     return {
         name: run_interpreted(sparse_tree(text, tmp / name), tmp / f"{name}.pt", *flags) for name, text in texts.items()
     }
+
+
+def assert_decode_like_calls(calls: list[dict], heads: int, slots: int, sm_count: int) -> None:
+    """A warm-up's recorded kernel calls (`q`, `kv`, `indices` and `sm_count` as it passed them) are decode-like: the
+    layer's heads over a cache of `slots` latents at the cached SM count, each row's 2,048 indices in range and spread
+    (2,048 draws over 65,536 slots name about 2,016 distinct ones)."""
+    for c in calls:
+        rows = c["q"][0]
+        assert c["q"] == (rows, heads, 576) and c["kv"] == (slots, 1, 576) and c["sm_count"] == sm_count, c
+        idx = c["indices"]
+        assert tuple(idx.shape) == (rows, 1, 2048) and 0 <= int(idx.min()) and int(idx.max()) < slots
+        assert all(row.unique().numel() > 1950 for row in idx.view(rows, -1))

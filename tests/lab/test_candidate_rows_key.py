@@ -24,7 +24,7 @@ sys.path[:0] = [str(REPO / "lab" / "candidates"), str(REPO / "lab" / "device"), 
 
 import candidate_patch as cp  # noqa: E402
 import mla_served_tuning as mst  # noqa: E402
-from sparse_mla_checks import assert_paths_match_oracle, interpreted_runs  # noqa: E402
+from sparse_mla_checks import assert_decode_like_calls, assert_paths_match_oracle, interpreted_runs  # noqa: E402
 
 KERNEL_PATCH = REPO / "lab" / "candidates" / "perf-triton-mla-sparse-rows-in-tuning-key.patch"
 WARMUP_PATCH = REPO / "lab" / "candidates" / "perf-triton-mla-sparse-warmup-rows-buckets.patch"
@@ -118,13 +118,7 @@ def test_the_warm_up_tunes_every_key_a_decode_reaches_at_its_fewest_rows(tmp_pat
     got = [(c["splits"], c["q"][0]) for c in calls]
     assert sorted(got) == sorted((splits, rows) for (splits, _), rows in fewest.items())
     assert len({key(rows) for _, rows in got}) == len(got)  # one call a key
-    slots = warm.namespace["_WARMUP_KV_SLOTS"]
-    for c in calls:
-        rows = c["q"][0]
-        assert c["q"] == (rows, heads, 576) and c["kv"] == (slots, 1, 576) and c["sm_count"] == sm_count
-        idx = c["indices"]
-        assert tuple(idx.shape) == (rows, 1, 2048) and 0 <= int(idx.min()) and int(idx.max()) < slots
-        assert all(row.unique().numel() > 1950 for row in idx.view(rows, -1))  # spread, as a decode's gathers
+    assert_decode_like_calls(calls, heads, warm.namespace["_WARMUP_KV_SLOTS"], sm_count)
 
 
 def test_at_glm5_tp1_on_132_sms_the_calls_are_the_ones_the_commit_message_gives(tmp_path, kernel):

@@ -23,6 +23,9 @@ sys.path[:0] = [str(REPO / "lab" / "candidates"), str(REPO / "lab" / "device"), 
 import candidate_patch as cp  # noqa: E402
 import mla_served_tuning as mst  # noqa: E402
 
+sys.path.insert(0, str(REPO / "tests"))
+from sparse_mla_checks import assert_decode_like_calls  # noqa: E402
+
 PATCH = REPO / "lab" / "candidates" / "perf-triton-mla-sparse-warmup-decode-shapes.patch"
 ENTRY_0045 = REPO / "series" / "patches" / "0045-perf-triton-mla-sparse-merge-one-warp.patch"
 
@@ -98,14 +101,7 @@ def test_the_candidate_tunes_each_split_count_at_the_fewest_rows_that_get_it(tmp
         assert splits_at(rows) == splits and (rows == 1 or splits_at(rows - 1) != splits), (splits, rows)
     warm(mst.impl_self(torch, heads, 2048, sm_count, "cpu"), mst.INDEXER)
     assert [(c["splits"], c["q"][0]) for c in calls] == list(rows_for.items())
-    slots = warm.namespace["_WARMUP_KV_SLOTS"]
-    for c in calls:
-        rows = c["q"][0]
-        assert c["q"] == (rows, heads, 576) and c["kv"] == (slots, 1, 576) and c["sm_count"] == sm_count
-        idx = c["indices"]
-        assert tuple(idx.shape) == (rows, 1, 2048) and 0 <= int(idx.min()) and int(idx.max()) < slots
-        # spread: a row's 2,048 draws over 65,536 slots name about 2,016 distinct ones
-        assert all(row.unique().numel() > 1950 for row in idx.view(rows, -1))
+    assert_decode_like_calls(calls, heads, warm.namespace["_WARMUP_KV_SLOTS"], sm_count)
 
 
 def test_at_glm5_tp1_on_132_sms_the_rows_are_the_ones_the_commit_message_gives(tmp_path, kernel):
